@@ -1,0 +1,48 @@
+# pulsarwire — the two commands that matter: `make run` and `make test`.
+# Everything else sets up or checks. On a fresh machine both create .venv first.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: setup test run lint typecheck proto bench fuzz check clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[spark,test,dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+run: $(STAMP)
+	$(PY) -m pipelines.demo run-main
+
+lint: $(STAMP)
+	$(PY) -m ruff check pulsarwire pipelines tests bench
+	$(PY) -m ruff format --check pulsarwire pipelines tests bench
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+check: lint typecheck test
+
+# Regenerate the protobuf module from our own .proto (grpcio-tools is a dev dependency).
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Ipulsarwire/proto --python_out=pulsarwire/proto \
+		--pyi_out=pulsarwire/proto pulsarwire/proto/pulsar_api.proto
+
+bench: $(STAMP)
+	$(PY) bench/codec.py
+
+fuzz: $(STAMP)
+	$(PY) bench/fuzz_codec.py --runs 1000000
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .run

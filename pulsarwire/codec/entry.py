@@ -1,0 +1,42 @@
+"""From one stored entry (metadata + payload) to the messages it holds.
+
+An entry is either a single message or a batch; either may be compressed.
+:func:`open_entry` decompresses (bounded by ``max_uncompressed_size``) and
+splits a batch into its messages. The result keeps per-message metadata so
+callers can build client messages, Arrow columns or broker-side views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pulsarwire.codec.batch import is_batch, iter_batch
+from pulsarwire.codec.compression import decompress
+from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE
+from pulsarwire.proto import pb
+
+
+@dataclass(frozen=True, slots=True)
+class EntryMessage:
+    """One message of an entry: its batch index (-1 when not batched), per-message metadata, payload."""
+
+    batch_index: int
+    single: pb.SingleMessageMetadata | None
+    payload: bytes
+
+
+def uncompressed_payload(
+    md: pb.MessageMetadata, payload: bytes, max_uncompressed_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> bytes:
+    """The entry payload after decompression (see :func:`pulsarwire.codec.compression.decompress`)."""
+    return decompress(md.compression, payload, md.uncompressed_size, max_uncompressed_size)
+
+
+def open_entry(
+    md: pb.MessageMetadata, payload: bytes, max_uncompressed_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> list[EntryMessage]:
+    """Decompress and unbatch an entry; raises the typed compression/batch errors."""
+    data = uncompressed_payload(md, payload, max_uncompressed_size)
+    if not is_batch(md):
+        return [EntryMessage(-1, None, data)]
+    return [EntryMessage(i, smm, p) for i, (smm, p) in enumerate(iter_batch(data, md.num_messages_in_batch))]

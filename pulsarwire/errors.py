@@ -1,0 +1,305 @@
+"""The error tree of pulsarwire.
+
+Every error raised by this package derives from :class:`PulsarWireError`.
+Protocol errors split into *local* ones (we were asked to do something the
+protocol forbids) and *remote* ones (the peer sent bytes we cannot accept).
+Each remote case in the codec has its own class so callers and tests can tell
+them apart; none of them is raised after an allocation sized by an untrusted
+number.
+
+Broker-reported failures (``ServerError`` in the protocol) map to one class per
+code, each with ``code`` and ``retriable``; :func:`server_error` builds the
+right one from a code and message.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class PulsarWireError(Exception):
+    """Root of every error raised by pulsarwire."""
+
+
+# ---------------------------------------------------------------------------
+# Protocol errors
+# ---------------------------------------------------------------------------
+
+
+class ProtocolError(PulsarWireError):
+    """The protocol was violated, by us (local) or by the peer (remote)."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We were asked to send something the protocol does not allow."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes that break the protocol; the connection must close."""
+
+
+# -- frames ------------------------------------------------------------------
+
+
+class FrameError(RemoteProtocolError):
+    """The outer frame (sizes) is invalid."""
+
+
+class FrameTooShortError(FrameError):
+    """A frame's total size is below the minimum (a frame is at least 8 bytes)."""
+
+
+class FrameTooLargeError(FrameError):
+    """A frame's declared total size is over the negotiated maximum."""
+
+
+class CommandSizeError(FrameError):
+    """The command size is 0 or does not fit inside the frame."""
+
+
+class TruncatedFrameError(FrameError):
+    """The stream ended in the middle of a frame."""
+
+
+# -- commands ----------------------------------------------------------------
+
+
+class CommandDecodeError(RemoteProtocolError):
+    """The BaseCommand could not be decoded."""
+
+
+class MalformedCommandError(CommandDecodeError):
+    """The command bytes are not a valid BaseCommand protobuf."""
+
+
+class UnknownCommandTypeError(CommandDecodeError):
+    """The command type is not one this protocol version defines."""
+
+
+class MissingSubCommandError(CommandDecodeError):
+    """The command type is set but the matching sub-message is absent."""
+
+
+# -- payload frames ----------------------------------------------------------
+
+
+class PayloadError(RemoteProtocolError):
+    """The payload section of a SEND/MESSAGE frame is invalid."""
+
+
+class BadMagicError(PayloadError):
+    """The payload does not start with the expected magic number."""
+
+
+class ChecksumMismatchError(PayloadError):
+    """The CRC32C over metadata + payload does not match.
+
+    ``message_id`` names the entry when the caller knows it (a MESSAGE frame).
+    """
+
+    def __init__(self, message: str, *, expected: int, actual: int, message_id: object = None) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+        self.message_id = message_id
+
+
+class BrokerEntryMetadataError(PayloadError):
+    """The broker entry metadata section is truncated or malformed."""
+
+
+class MetadataSizeError(PayloadError):
+    """The message metadata size points past the end of the frame."""
+
+
+class MalformedMetadataError(PayloadError):
+    """The message metadata is not valid protobuf or lacks required fields."""
+
+
+# -- compression -------------------------------------------------------------
+
+
+class CompressionError(PayloadError):
+    """A compressed payload could not be turned back into its declared bytes."""
+
+
+class UnknownCompressionError(CompressionError):
+    """The compression type is not NONE, LZ4, ZLIB, ZSTD or SNAPPY."""
+
+
+class UncompressedSizeLimitError(CompressionError):
+    """The declared uncompressed size is over the allowed maximum."""
+
+
+class DecompressedSizeMismatchError(CompressionError):
+    """Decompression produced more or fewer bytes than declared."""
+
+
+class DecompressionFailedError(CompressionError):
+    """The codec rejected the compressed bytes."""
+
+
+# -- batches -----------------------------------------------------------------
+
+
+class BatchError(PayloadError):
+    """A batch payload (SingleMessageMetadata entries) is invalid."""
+
+
+class BatchCountError(BatchError):
+    """num_messages_in_batch is not positive, or more than the bytes can hold."""
+
+
+class BatchEntryError(BatchError):
+    """An entry's metadata size or payload size is out of bounds, or its metadata is malformed."""
+
+
+class BatchTruncatedError(BatchError):
+    """Fewer entries were present than num_messages_in_batch declares."""
+
+
+class BatchTrailingBytesError(BatchError):
+    """Bytes remain after the last declared entry."""
+
+
+class AckSetError(RemoteProtocolError):
+    """An ack_set bitset or batch index does not fit the batch it refers to."""
+
+
+class ChunkError(RemoteProtocolError):
+    """Chunk metadata is inconsistent, or buffering limits were exceeded."""
+
+
+# ---------------------------------------------------------------------------
+# Broker-reported errors (ServerError codes)
+# ---------------------------------------------------------------------------
+
+
+class ServerError(PulsarWireError):
+    """The broker answered a request with an error code.
+
+    Subclasses exist for every code of the protocol's ``ServerError`` enum.
+    ``retriable`` tells whether the same request may succeed after a reconnect
+    and a fresh lookup.
+    """
+
+    code: ClassVar[int] = 0
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(f"{type(self).__name__}: {message}" if message else type(self).__name__)
+        self.server_message = message
+
+
+class UnknownError(ServerError):
+    code, retriable = 0, False
+
+
+class MetadataError(ServerError):
+    code, retriable = 1, True
+
+
+class PersistenceError(ServerError):
+    code, retriable = 2, True
+
+
+class AuthenticationError(ServerError):
+    code, retriable = 3, False
+
+
+class AuthorizationError(ServerError):
+    code, retriable = 4, False
+
+
+class ConsumerBusy(ServerError):
+    code, retriable = 5, False
+
+
+class ServiceNotReady(ServerError):
+    code, retriable = 6, True
+
+
+class ProducerBlockedQuotaExceededError(ServerError):
+    code, retriable = 7, False
+
+
+class ProducerBlockedQuotaExceededException(ServerError):
+    code, retriable = 8, False
+
+
+class ChecksumError(ServerError):
+    code, retriable = 9, False
+
+
+class UnsupportedVersionError(ServerError):
+    code, retriable = 10, False
+
+
+class TopicNotFound(ServerError):
+    code, retriable = 11, False
+
+
+class SubscriptionNotFound(ServerError):
+    code, retriable = 12, False
+
+
+class ConsumerNotFound(ServerError):
+    code, retriable = 13, True
+
+
+class TooManyRequests(ServerError):
+    code, retriable = 14, True
+
+
+class TopicTerminatedError(ServerError):
+    code, retriable = 15, False
+
+
+class ProducerBusy(ServerError):
+    code, retriable = 16, False
+
+
+class InvalidTopicName(ServerError):
+    code, retriable = 17, False
+
+
+class IncompatibleSchema(ServerError):
+    code, retriable = 18, False
+
+
+class ConsumerAssignError(ServerError):
+    code, retriable = 19, False
+
+
+class TransactionCoordinatorNotFound(ServerError):
+    code, retriable = 20, False
+
+
+class InvalidTxnStatus(ServerError):
+    code, retriable = 21, False
+
+
+class NotAllowedError(ServerError):
+    code, retriable = 22, False
+
+
+class TransactionConflict(ServerError):
+    code, retriable = 23, False
+
+
+class TransactionNotFound(ServerError):
+    code, retriable = 24, False
+
+
+class ProducerFenced(ServerError):
+    code, retriable = 25, False
+
+
+SERVER_ERRORS: dict[int, type[ServerError]] = {
+    cls.code: cls for cls in ServerError.__subclasses__()
+}
+
+
+def server_error(code: int, message: str = "") -> ServerError:
+    """Build the ServerError subclass for ``code`` (UnknownError for unknown codes)."""
+    return SERVER_ERRORS.get(code, UnknownError)(message)
