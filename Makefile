@@ -35,8 +35,8 @@ check: lint typecheck test
 
 # Regenerate the protobuf module from our own .proto (grpcio-tools is a dev dependency).
 proto: $(STAMP)
-	$(PY) -m grpc_tools.protoc -Ipulsarwire/proto --python_out=pulsarwire/proto \
-		--pyi_out=pulsarwire/proto pulsarwire/proto/pulsar_api.proto
+	$(PY) -m grpc_tools.protoc -Ipulsarwire/proto --plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy \
+		--python_out=pulsarwire/proto --mypy_out=pulsarwire/proto pulsarwire/proto/pulsar_api.proto
 
 bench: $(STAMP)
 	$(PY) bench/codec.py

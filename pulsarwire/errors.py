@@ -295,9 +295,7 @@ class ProducerFenced(ServerError):
     code, retriable = 25, False
 
 
-SERVER_ERRORS: dict[int, type[ServerError]] = {
-    cls.code: cls for cls in ServerError.__subclasses__()
-}
+SERVER_ERRORS: dict[int, type[ServerError]] = {cls.code: cls for cls in ServerError.__subclasses__()}
 
 
 def server_error(code: int, message: str = "") -> ServerError:

@@ -56,31 +56,33 @@ def iter_batch(data: Buffer, count: int) -> Iterator[tuple[pb.SingleMessageMetad
     BatchTrailingBytesError. Errors about the count are raised before the
     first entry is yielded.
     """
-    view = memoryview(data)
-    end = len(view)
+    buf = data if isinstance(data, bytes) else bytes(data)
+    end = len(buf)
     if count <= 0:
         raise BatchCountError(f"num_messages_in_batch is {count}")
     if count * MIN_ENTRY_SIZE > end:
         raise BatchCountError(f"{count} messages cannot fit in a batch payload of {end} bytes")
     pos = 0
     unpack = U32.unpack_from
+    parse = pb.SingleMessageMetadata.FromString
     for i in range(count):
         if end - pos < 4:
             raise BatchTruncatedError(f"batch declares {count} messages but holds only {i}")
-        (md_size,) = unpack(view, pos)
+        (md_size,) = unpack(buf, pos)
         pos += 4
         if md_size > end - pos:
             raise BatchEntryError(f"entry {i}: metadata size {md_size} is past the batch ({end - pos} left)")
-        smm = pb.SingleMessageMetadata()
         try:
-            smm.ParseFromString(view[pos : pos + md_size])
+            smm = parse(buf[pos : pos + md_size])
         except (DecodeError, ValueError) as exc:
             raise BatchEntryError(f"entry {i}: invalid SingleMessageMetadata: {exc}") from None
         pos += md_size
+        if not smm.HasField("payload_size"):
+            raise BatchEntryError(f"entry {i}: SingleMessageMetadata without payload_size")
         size = smm.payload_size
         if size < 0 or size > end - pos:
             raise BatchEntryError(f"entry {i}: payload size {size} is out of bounds ({end - pos} left)")
-        yield smm, bytes(view[pos : pos + size])
+        yield smm, buf[pos : pos + size]
         pos += size
     if pos != end:
         raise BatchTrailingBytesError(f"{end - pos} bytes after the last of {count} batch entries")

@@ -97,7 +97,9 @@ class ChunkReassembler(Generic[Id]):
         out, self.dropped = self.dropped, []
         return out
 
-    def add(self, md: pb.MessageMetadata, payload: bytes, chunk_id_of_msg: Id, now_ms: int) -> ChunkedMessage[Id] | None:
+    def add(
+        self, md: pb.MessageMetadata, payload: bytes, chunk_id_of_msg: Id, now_ms: int
+    ) -> ChunkedMessage[Id] | None:
         """Add one chunk; returns the whole message when its last chunk arrives.
 
         Raises ChunkError for inconsistent metadata (the partial message is
@@ -126,7 +128,9 @@ class ChunkReassembler(Generic[Id]):
                 return None
             if num != ctx.num_chunks or total != ctx.total_size:
                 self._drop(uuid, "inconsistent chunk metadata")
-                raise ChunkError(f"chunk {cid} of {uuid} disagrees with earlier chunks on count or total size")
+                raise ChunkError(
+                    f"chunk {cid} of {uuid} disagrees with earlier chunks on count or total size"
+                )
             if cid != expected:
                 self._drop(uuid, "missing chunk")
                 raise ChunkError(f"chunk {cid} of {uuid} arrived, expected chunk {expected}")
@@ -138,7 +142,9 @@ class ChunkReassembler(Generic[Id]):
             self._drop(oldest, "chunk buffer full")
         if self._buffered + len(payload) > self.max_buffered_bytes:
             self._drop(uuid, "chunk buffer full")
-            raise ChunkError(f"chunked message {uuid} does not fit in {self.max_buffered_bytes} buffered bytes")
+            raise ChunkError(
+                f"chunked message {uuid} does not fit in {self.max_buffered_bytes} buffered bytes"
+            )
         ctx.parts.append(payload)
         ctx.ids.append(chunk_id_of_msg)
         ctx.size += len(payload)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from typing import Any, cast
 
 import cramjam
 import lz4.block
@@ -30,6 +31,11 @@ LZ4 = pb.LZ4
 ZLIB = pb.ZLIB
 ZSTD = pb.ZSTD
 SNAPPY = pb.SNAPPY
+
+
+def _name(codec: int) -> str:
+    return pb.CompressionType.Name(cast(Any, codec))
+
 
 _ZSTD_C = zstandard.ZstdCompressor(level=3)
 _ZSTD_D = zstandard.ZstdDecompressor()
@@ -133,9 +139,9 @@ def decompress(codec: int, data: Buffer, uncompressed_size: int, max_size: int) 
     except (DecompressedSizeMismatchError, UncompressedSizeLimitError):
         raise
     except Exception as exc:  # each codec library has its own error types
-        raise DecompressionFailedError(f"{pb.CompressionType.Name(codec)} payload is corrupt: {exc}") from None
+        raise DecompressionFailedError(f"{_name(codec)} payload is corrupt: {exc}") from None
     if len(out) != uncompressed_size:
         raise DecompressedSizeMismatchError(
-            f"{pb.CompressionType.Name(codec)} produced {len(out)} bytes, metadata declares {uncompressed_size}"
+            f"{_name(codec)} produced {len(out)} bytes, metadata declares {uncompressed_size}"
         )
     return out

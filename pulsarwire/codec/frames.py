@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import crc32c as _crc32c
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from pulsarwire.errors import (
@@ -61,14 +61,20 @@ MIN_FRAME_SIZE = 8  # total_size + command_size
 _MAX_U31 = 2**31 - 1
 
 # BaseCommand.Type value N names the sub-message in field number N.
-_SUB_FIELD: dict[int, str] = {
-    f.number: f.name for f in pb.BaseCommand.DESCRIPTOR.fields if f.name != "type"
-}
+_SUB_FIELD: dict[int, str] = {f.number: f.name for f in pb.BaseCommand.DESCRIPTOR.fields if f.name != "type"}
 assert set(_SUB_FIELD) == set(pb.BaseCommand.Type.values()), "BaseCommand types and fields out of step"
 # Sub-messages with no fields carry nothing; clients may leave them unset (PING, PONG).
 _EMPTY_SUBS = frozenset(
-    n for n, name in _SUB_FIELD.items() if not pb.BaseCommand.DESCRIPTOR.fields_by_name[name].message_type.fields
+    n
+    for n, name in _SUB_FIELD.items()
+    if not getattr(pb.BaseCommand.DESCRIPTOR.fields_by_name[name].message_type, "fields", ())
 )
+
+
+def _missing_required(msg: Message) -> str:
+    """Names of the unset required fields of ``msg`` (or a hint that a nested message lacks some)."""
+    missing = [f.name for f in msg.DESCRIPTOR.fields if f.is_required and not msg.HasField(f.name)]
+    return ", ".join(missing) or "in a nested message"
 
 
 def crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
@@ -83,7 +89,8 @@ def sub_command(cmd: pb.BaseCommand) -> Any:
 
 def new_command(type_: int) -> tuple[pb.BaseCommand, Any]:
     """A BaseCommand of ``type_`` with its sub-message present; returns (command, sub-message)."""
-    cmd = pb.BaseCommand(type=type_)
+    cmd = pb.BaseCommand()
+    cmd.type = cast(Any, type_)
     sub = getattr(cmd, _SUB_FIELD[type_])
     sub.SetInParent()
     return cmd, sub
@@ -122,7 +129,7 @@ class Frame:
 # ---------------------------------------------------------------------------
 
 
-def decode_command(data: bytes | memoryview) -> pb.BaseCommand:
+def decode_command(data: bytes) -> pb.BaseCommand:
     """Parse a BaseCommand and check that its type is known and its sub-message present.
 
     Raises MalformedCommandError, UnknownCommandTypeError or MissingSubCommandError.
@@ -133,12 +140,13 @@ def decode_command(data: bytes | memoryview) -> pb.BaseCommand:
     except (DecodeError, ValueError) as exc:
         raise MalformedCommandError(f"command is not a valid BaseCommand: {exc}") from None
     if not cmd.HasField("type"):
-        for field in UnknownFieldSet(cmd):
-            if field.field_number == 1:
-                raise UnknownCommandTypeError(f"unknown command type {field.data}")
+        unknown = UnknownFieldSet(cmd)
+        for i in range(len(unknown)):
+            if unknown[i].field_number == 1:
+                raise UnknownCommandTypeError(f"unknown command type {unknown[i].data}")
         raise MalformedCommandError("command has no type")
     name = _SUB_FIELD[cmd.type]
-    if not cmd.HasField(name):
+    if not cast(Message, cmd).HasField(name):
         if cmd.type in _EMPTY_SUBS:
             getattr(cmd, name).SetInParent()
         else:
@@ -146,12 +154,14 @@ def decode_command(data: bytes | memoryview) -> pb.BaseCommand:
                 f"{pb.BaseCommand.Type.Name(cmd.type)} command without its '{name}' sub-message"
             )
     if not cmd.IsInitialized():
-        missing = ", ".join(cmd.FindInitializationErrors())
-        raise MalformedCommandError(f"{pb.BaseCommand.Type.Name(cmd.type)} missing required fields: {missing}")
+        missing = _missing_required(sub_command(cmd))
+        raise MalformedCommandError(
+            f"{pb.BaseCommand.Type.Name(cmd.type)} missing required fields: {missing}"
+        )
     return cmd
 
 
-def decode_metadata(data: bytes | memoryview) -> pb.MessageMetadata:
+def decode_metadata(data: bytes) -> pb.MessageMetadata:
     """Parse a MessageMetadata, requiring producer_name, sequence_id and publish_time."""
     md = pb.MessageMetadata()
     try:
@@ -159,7 +169,7 @@ def decode_metadata(data: bytes | memoryview) -> pb.MessageMetadata:
     except (DecodeError, ValueError) as exc:
         raise MalformedMetadataError(f"message metadata is not valid protobuf: {exc}") from None
     if not md.IsInitialized():
-        missing = ", ".join(md.FindInitializationErrors())
+        missing = _missing_required(md)
         raise MalformedMetadataError(f"message metadata missing required fields: {missing}")
     return md
 
@@ -191,10 +201,12 @@ def decode_payload_section(
             raise BrokerEntryMetadataError("broker entry metadata size is truncated")
         (bem_size,) = U32.unpack_from(view, 2)
         if bem_size > end - 6:
-            raise BrokerEntryMetadataError(f"broker entry metadata size {bem_size} is past the frame ({end - 6})")
+            raise BrokerEntryMetadataError(
+                f"broker entry metadata size {bem_size} is past the frame ({end - 6})"
+            )
         bem = pb.BrokerEntryMetadata()
         try:
-            bem.MergeFromString(view[6 : 6 + bem_size])
+            bem.MergeFromString(bytes(view[6 : 6 + bem_size]))
         except (DecodeError, ValueError) as exc:
             raise BrokerEntryMetadataError(f"broker entry metadata is not valid protobuf: {exc}") from None
         pos = 6 + bem_size
@@ -219,7 +231,7 @@ def decode_payload_section(
                 actual=actual,
                 message_id=mid,
             )
-    metadata = decode_metadata(view[md_start : md_start + md_size])
+    metadata = decode_metadata(bytes(view[md_start : md_start + md_size]))
     entry = bytes(view[pos:])
     return Payload(metadata, entry[10 + md_size :], bem, entry)
 
@@ -235,7 +247,9 @@ class FrameDecoder:
 
     __slots__ = ("_buf", "_pos", "max_frame_size", "verify_checksum")
 
-    def __init__(self, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, *, verify_checksum: bool = True) -> None:
+    def __init__(
+        self, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, *, verify_checksum: bool = True
+    ) -> None:
         self._buf = bytearray()
         self._pos = 0
         self.max_frame_size = max_message_size + FRAME_PADDING
@@ -301,11 +315,11 @@ class FrameDecoder:
             if self._pos > 65536 and self._pos * 2 > len(buf):
                 del buf[: self._pos]
                 self._pos = 0
-        view = memoryview(data)
-        cmd = decode_command(view[:cmd_size])
+        cmd = decode_command(data[:cmd_size])
         if cmd_size == len(data):
             return Frame(cmd)
-        return Frame(cmd, decode_payload_section(cmd, view[cmd_size:], verify_checksum=self.verify_checksum))
+        section = memoryview(data)[cmd_size:]
+        return Frame(cmd, decode_payload_section(cmd, section, verify_checksum=self.verify_checksum))
 
 
 def decode_frames(data: bytes, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> list[Frame]:
