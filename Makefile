@@ -21,8 +21,10 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The main job (orders_ingest on the embedded broker) lands with the pipelines issue (#7).
 run: $(STAMP)
-	$(PY) -m pipelines.demo run-main
+	@echo "make run: the main job arrives with the pipelines issue; for now try: $(PY) -m pulsarwire.broker --help" >&2
+	@exit 2
 
 lint: $(STAMP)
 	$(PY) -m ruff check pulsarwire pipelines tests bench

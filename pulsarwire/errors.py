@@ -84,7 +84,13 @@ class MissingSubCommandError(CommandDecodeError):
 
 
 class PayloadError(RemoteProtocolError):
-    """The payload section of a SEND/MESSAGE frame is invalid."""
+    """The payload section of a SEND/MESSAGE frame is invalid.
+
+    When raised by the frame decoder, ``command`` holds the frame's decoded
+    command (the frame itself was consumed; the stream stays aligned).
+    """
+
+    command: object = None
 
 
 class BadMagicError(PayloadError):

@@ -41,6 +41,7 @@ from pulsarwire.errors import (
     MalformedMetadataError,
     MetadataSizeError,
     MissingSubCommandError,
+    PayloadError,
     TruncatedFrameError,
     UnknownCommandTypeError,
 )
@@ -319,7 +320,11 @@ class FrameDecoder:
         if cmd_size == len(data):
             return Frame(cmd)
         section = memoryview(data)[cmd_size:]
-        return Frame(cmd, decode_payload_section(cmd, section, verify_checksum=self.verify_checksum))
+        try:
+            return Frame(cmd, decode_payload_section(cmd, section, verify_checksum=self.verify_checksum))
+        except PayloadError as exc:
+            exc.command = cmd  # lets a broker answer SEND_ERROR for the right producer and sequence
+            raise
 
 
 def decode_frames(data: bytes, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> list[Frame]:

@@ -8,8 +8,8 @@ a whole entry (batch_index -1) sorts before its first batch index.
 
 ``serialize()`` produces a MessageIdData protobuf exactly as the official
 clients' ``MessageId.serialize()`` do (ledger and entry always, partition and
-batch_index only when not -1, batch_size only when > 0), so ids round-trip
-with them. ``str()`` is ``ledger:entry:partition:batch`` and ``parse()`` reads
+batch_index only when not -1, batch_size only when > 0, and the first chunk's
+id for a chunked message), so ids round-trip with them. ``str()`` is ``ledger:entry:partition:batch`` and ``parse()`` reads
 it back.
 """
 
@@ -42,6 +42,8 @@ class MessageId:
     partition: int = -1
     batch_index: int = -1
     batch_size: int = 0
+    #: For a chunked message: the id of its first chunk (this id names the last chunk).
+    first_chunk_message_id: MessageId | None = None
 
     EARLIEST: ClassVar[MessageId]
     LATEST: ClassVar[MessageId]
@@ -99,16 +101,20 @@ class MessageId:
             m.batch_index = self.batch_index
         if self.batch_size > 0:
             m.batch_size = self.batch_size
+        if self.first_chunk_message_id is not None:
+            m.first_chunk_message_id.CopyFrom(self.first_chunk_message_id.to_proto())
         return m
 
     @classmethod
     def from_proto(cls, m: pb.MessageIdData, partition: int | None = None) -> MessageId:
+        first = cls.from_proto(m.first_chunk_message_id) if m.HasField("first_chunk_message_id") else None
         return cls(
             _signed64(m.ledgerId),
             _signed64(m.entryId),
             m.partition if partition is None else partition,
             m.batch_index,
             m.batch_size,
+            first,
         )
 
     def serialize(self) -> bytes:
@@ -130,7 +136,9 @@ class MessageId:
         return MessageId(self.ledger_id, self.entry_id, self.partition)
 
     def with_partition(self, partition: int) -> MessageId:
-        return MessageId(self.ledger_id, self.entry_id, partition, self.batch_index, self.batch_size)
+        return MessageId(
+            self.ledger_id, self.entry_id, partition, self.batch_index, self.batch_size, self.first_chunk_message_id
+        )
 
 
 MessageId.EARLIEST = MessageId(-1, -1, -1, -1)

@@ -1,0 +1,10 @@
+"""pulsarwire.broker: a single-node Apache Pulsar broker on the shared codec.
+
+``Broker`` (context manager or asyncio start/stop) and ``python -m pulsarwire.broker``.
+"""
+
+from __future__ import annotations
+
+from .server import Broker, BrokerConfig
+
+__all__ = ["Broker", "BrokerConfig"]

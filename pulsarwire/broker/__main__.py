@@ -1,0 +1,104 @@
+"""Command line: ``python -m pulsarwire.broker --port 6650 [--data-dir DIR] ...``.
+
+Runs the broker in the foreground until SIGINT/SIGTERM. ``--stats SECONDS``
+prints per-topic counters periodically (JSON lines on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from .server import Broker, BrokerConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pulsarwire.broker",
+        description="pulsarwire's single-node Apache Pulsar broker (binary protocol v21).",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=6650, help="port for pulsar:// (default 6650; 0 = any free port)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="keep topics, partition metadata and cursors here; without it everything is in memory",
+    )
+    p.add_argument(
+        "--max-message-size", type=int, default=5 * 1024 * 1024, help="largest message accepted (default 5 MiB)"
+    )
+    p.add_argument(
+        "--default-partitions",
+        type=int,
+        default=0,
+        help="auto-created topics get this many partitions (0 = non-partitioned, the default)",
+    )
+    p.add_argument(
+        "--no-auto-topic-creation", action="store_true", help="refuse topics that were not created beforehand"
+    )
+    p.add_argument(
+        "--dedup", action="store_true", help="enable message deduplication by producer name + sequence id"
+    )
+    p.add_argument(
+        "--entries-per-ledger", type=int, default=50_000, help="start a new ledger after this many entries"
+    )
+    p.add_argument("--fsync", action="store_true", help="fsync the entry log before every receipt")
+    p.add_argument(
+        "--partitioned-topic",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="create a partitioned topic with N partitions at start (repeatable)",
+    )
+    p.add_argument("--stats", type=float, default=0, metavar="SECONDS", help="print topic stats every SECONDS")
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    return p
+
+
+async def _run(args: argparse.Namespace) -> None:
+    cfg = BrokerConfig(
+        host=args.host,
+        port=args.port,
+        data_dir=args.data_dir,
+        max_message_size=args.max_message_size,
+        allow_auto_topic_creation=not args.no_auto_topic_creation,
+        default_partitions=args.default_partitions,
+        deduplication=args.dedup,
+        entries_per_ledger=args.entries_per_ledger,
+        fsync=args.fsync,
+    )
+    broker = Broker(cfg)
+    for spec in args.partitioned_topic:
+        name, _, n = spec.rpartition("=")
+        broker.create_partitioned_topic(name, int(n))
+    await broker.astart()
+    print(f"pulsarwire broker ready on {broker.service_url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=args.stats or None)
+            except TimeoutError:
+                for name in sorted(broker.topics):
+                    print(json.dumps({"topic": name, **broker.stats(name)}, default=str), file=sys.stderr)
+    finally:
+        await broker.astop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    asyncio.run(_run(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,365 @@
+"""Subscriptions: cursors, acknowledgements and dispatch of entries to consumers by permits.
+
+A subscription's cursor is kept as positions (ledger_id, entry_id):
+
+* ``mark_delete`` — every entry at or before it is acknowledged;
+* ``acked`` — entries after it acknowledged individually;
+* ``batch_acks`` — for partly acknowledged batches, the bitmask of indexes
+  still unacknowledged (as in ``ack_set``: bit set = unacked);
+* ``read_pos`` — the last entry read from the log for first delivery;
+* ``replay`` — entries to deliver again (consumer gone, redelivery asked);
+* ``pending`` — entries delivered and not yet acknowledged, by consumer.
+
+Dispatch picks the next entry (replay first, oldest first, then new entries)
+and a consumer by subscription type: Exclusive and Failover send to the
+active consumer, Shared round-robins over consumers with permits, Key_Shared
+sends every key to the same consumer (hash ranges split evenly between the
+consumers). A consumer gets entries only while it has permits; a batch uses
+as many permits as it has unacknowledged messages.
+
+Durable cursors are written to ``cursors.json`` of the topic (debounced by the
+broker); a lost update redelivers, it never skips — as Pulsar's own
+rate-limited mark-delete persistence.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pulsarwire.codec.batch import ack_set_for
+from pulsarwire.codec.hashing import murmur3_32
+from pulsarwire.proto import pb
+
+from .storage import Entry, TopicLog
+
+Position = tuple[int, int]
+EARLIEST: Position = (-1, -1)
+KEY_HASH_RANGE = 65536
+SubType = pb.CommandSubscribe.SubType
+
+
+def _mask_from_ack_set(ack_set: list[int]) -> int:
+    mask = 0
+    for i, word in enumerate(ack_set):
+        mask |= (word & 0xFFFFFFFFFFFFFFFF) << (64 * i)
+    return mask
+
+
+def _indexes(mask: int) -> list[int]:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+class Sender(Protocol):
+    def send_message(
+        self, consumer: ConsumerRef, entry: Entry, redelivery_count: int, ack_set: list[int] | None
+    ) -> None: ...
+
+    def send_active_change(self, consumer: ConsumerRef, active: bool) -> None: ...
+
+
+@dataclass(eq=False)
+class ConsumerRef:
+    """The broker's view of one consumer on one connection."""
+
+    consumer_id: int
+    name: str
+    priority: int
+    sender: Sender
+    permits: int = 0
+    pending: set[Position] = field(default_factory=set)
+    delivered: int = 0
+    connected: bool = True
+
+
+class Subscription:
+    def __init__(
+        self,
+        name: str,
+        log: TopicLog,
+        sub_type: int,
+        *,
+        durable: bool,
+        start: Position,
+        partition_index: int = -1,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.log = log
+        self.sub_type = sub_type
+        self.durable = durable
+        self.partition_index = partition_index
+        self.mark_delete: Position = start
+        self.read_pos: Position = start
+        self.acked: set[Position] = set()
+        self.batch_acks: dict[Position, int] = {}
+        self.replay: list[Position] = []  # heap
+        self._replay_set: set[Position] = set()
+        self.pending: dict[Position, ConsumerRef] = {}
+        self.redeliveries: dict[Position, int] = {}
+        self.consumers: list[ConsumerRef] = []
+        self._rr = 0
+        self._active: ConsumerRef | None = None
+        self._on_change = on_change or (lambda: None)
+        self.msg_out = 0
+
+    # -- state for persistence -----------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {
+            "type": int(self.sub_type),
+            "mark_delete": list(self.mark_delete),
+            "acked": sorted(list(p) for p in self.acked),
+            "batch_acks": [[p[0], p[1], m] for p, m in self.batch_acks.items()],
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        md = state["mark_delete"]
+        self.mark_delete = self.read_pos = (int(md[0]), int(md[1]))
+        self.acked = {(int(a), int(b)) for a, b in state.get("acked", [])}
+        self.batch_acks = {(int(a), int(b)): int(m) for a, b, m in state.get("batch_acks", [])}
+
+    # -- consumers -----------------------------------------------------------------
+    def is_acked(self, pos: Position) -> bool:
+        return pos <= self.mark_delete or pos in self.acked
+
+    def add_consumer(self, consumer: ConsumerRef) -> None:
+        self.consumers.append(consumer)
+        self._update_active()
+
+    def remove_consumer(self, consumer: ConsumerRef) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        consumer.connected = False
+        for pos in list(consumer.pending):
+            self._to_replay(pos, count=True)
+        consumer.pending.clear()
+        self._update_active()
+        self.dispatch()
+
+    def _sorted_for_failover(self) -> list[ConsumerRef]:
+        return sorted(self.consumers, key=lambda c: (c.priority, c.name))
+
+    def _update_active(self) -> None:
+        if self.sub_type not in (SubType.Failover, SubType.Exclusive):
+            return
+        ordered = self._sorted_for_failover()
+        if not ordered:
+            self._active = None
+            return
+        if self.sub_type == SubType.Failover and self.partition_index >= 0:
+            new = ordered[self.partition_index % len(ordered)]
+        else:
+            new = ordered[0]
+        changed = new is not self._active
+        old = self._active
+        self._active = new
+        if self.sub_type == SubType.Failover:
+            if changed and old is not None and old.connected:
+                # The old active consumer's unacked entries go to the new one.
+                for pos in list(old.pending):
+                    self._to_replay(pos, count=False)
+                old.pending.clear()
+            for c in self.consumers:
+                if changed or c is new:
+                    c.sender.send_active_change(c, c is new)
+
+    # -- flow and redelivery ------------------------------------------------------
+    def flow(self, consumer: ConsumerRef, permits: int) -> None:
+        consumer.permits += permits
+        self.dispatch()
+
+    def _to_replay(self, pos: Position, *, count: bool) -> None:
+        consumer = self.pending.pop(pos, None)
+        if consumer is not None:
+            consumer.pending.discard(pos)
+        if self.is_acked(pos) or pos in self._replay_set:
+            return
+        if count:
+            self.redeliveries[pos] = self.redeliveries.get(pos, 0) + 1
+        heapq.heappush(self.replay, pos)
+        self._replay_set.add(pos)
+
+    def redeliver(self, consumer: ConsumerRef, positions: list[Position] | None) -> None:
+        targets = list(consumer.pending) if positions is None else [p for p in positions if p in consumer.pending]
+        for pos in targets:
+            self._to_replay(pos, count=True)
+        self.dispatch()
+
+    # -- acknowledgements ---------------------------------------------------------
+    def ack_individual(self, pos: Position, ack_set: list[int] | None) -> None:
+        if self.is_acked(pos):
+            return
+        if ack_set:
+            entry = self._entry(pos)
+            size = entry.num_messages if entry is not None else 64 * len(ack_set)
+            full = (1 << size) - 1
+            remaining = self.batch_acks.get(pos, full) & _mask_from_ack_set(ack_set)
+            if remaining:
+                self.batch_acks[pos] = remaining
+                self._on_change()
+                return
+        self._acked(pos)
+        self.acked.add(pos)
+        self._advance_mark_delete()
+        self._on_change()
+
+    def ack_cumulative(self, pos: Position, ack_set: list[int] | None) -> None:
+        if ack_set:
+            # Everything before this entry is acked; the entry itself only partly.
+            idx = self.log.index_at_or_after(pos)
+            prev = self.log.entries[idx - 1].position if idx > 0 else EARLIEST
+            self._cumulative_to(prev)
+            self.ack_individual(pos, ack_set)
+            return
+        self._cumulative_to(pos)
+        self._on_change()
+
+    def _cumulative_to(self, pos: Position) -> None:
+        if pos <= self.mark_delete:
+            return
+        self.mark_delete = pos
+        for p in [p for p in self.pending if p <= pos]:
+            self._acked(p)
+        self.acked = {p for p in self.acked if p > pos}
+        for p in [p for p in self.batch_acks if p <= pos]:
+            del self.batch_acks[p]
+        self._advance_mark_delete()
+
+    def _acked(self, pos: Position) -> None:
+        consumer = self.pending.pop(pos, None)
+        if consumer is not None:
+            consumer.pending.discard(pos)
+        self.batch_acks.pop(pos, None)
+        self.redeliveries.pop(pos, None)
+        self._replay_set.discard(pos)
+
+    def _advance_mark_delete(self) -> None:
+        keys = self.log._keys
+        idx = self.log.index_after(self.mark_delete)
+        while idx < len(keys) and keys[idx] in self.acked:
+            self.acked.discard(keys[idx])
+            self.mark_delete = keys[idx]
+            idx += 1
+        if self.read_pos < self.mark_delete:
+            self.read_pos = self.mark_delete
+
+    def _entry(self, pos: Position) -> Entry | None:
+        i = self.log.index_of(pos)
+        return self.log.entries[i] if i is not None else None
+
+    # -- seek ---------------------------------------------------------------------
+    def reset(self, mark_delete: Position) -> None:
+        """Move the cursor so the next entry read is the first after ``mark_delete``."""
+        self.mark_delete = self.read_pos = mark_delete
+        self.acked.clear()
+        self.batch_acks.clear()
+        self.replay.clear()
+        self._replay_set.clear()
+        self.redeliveries.clear()
+        for consumer in self.consumers:
+            consumer.pending.clear()
+        self.pending.clear()
+        self._on_change()
+
+    # -- stats --------------------------------------------------------------------
+    def backlog(self) -> int:
+        """Messages not yet acknowledged (batch entries count their unacked messages)."""
+        total = 0
+        for entry in self.log.entries[self.log.index_after(self.mark_delete) :]:
+            pos = entry.position
+            if pos in self.acked:
+                continue
+            mask = self.batch_acks.get(pos)
+            total += bin(mask).count("1") if mask is not None else entry.num_messages
+        return total
+
+    # -- dispatch -----------------------------------------------------------------
+    def _choose(self, entry: Entry) -> ConsumerRef | None:
+        if not self.consumers:
+            return None
+        if self.sub_type in (SubType.Exclusive, SubType.Failover):
+            c = self._active
+            return c if c is not None and c.permits > 0 else None
+        if self.sub_type == SubType.Key_Shared:
+            ordered = self._sorted_for_failover()
+            slot = murmur3_32(entry.key) % KEY_HASH_RANGE
+            c = ordered[slot * len(ordered) // KEY_HASH_RANGE]
+            return c if c.permits > 0 else None
+        n = len(self.consumers)
+        for k in range(n):
+            c = self.consumers[(self._rr + k) % n]
+            if c.permits > 0:
+                self._rr = (self._rr + k + 1) % n
+                return c
+        return None
+
+    def _next_candidate(self, skip: set[Position]) -> tuple[Entry, bool] | None:
+        while self.replay:
+            pos = self.replay[0]
+            if pos not in self._replay_set or self.is_acked(pos) or pos in self.pending:
+                heapq.heappop(self.replay)
+                self._replay_set.discard(pos)
+                continue
+            if pos in skip:
+                break
+            entry = self._entry(pos)
+            if entry is None:  # trimmed by retention
+                heapq.heappop(self.replay)
+                self._replay_set.discard(pos)
+                continue
+            return entry, True
+        idx = self.log.index_after(self.read_pos)
+        while idx < len(self.log.entries):
+            entry = self.log.entries[idx]
+            if not self.is_acked(entry.position):
+                return entry, False
+            self.read_pos = entry.position
+            idx += 1
+        return None
+
+    def dispatch(self) -> None:
+        if not self.consumers:
+            return
+        key_shared = self.sub_type == SubType.Key_Shared
+        skipped: set[Position] = set()
+        while True:
+            cand = self._next_candidate(skipped)
+            if cand is None:
+                return
+            entry, from_replay = cand
+            pos = entry.position
+            consumer = self._choose(entry)
+            if consumer is None:
+                if not key_shared or len(skipped) > 1000:
+                    return
+                # Another key may still go to a consumer with permits: park this one.
+                if not from_replay:
+                    self.read_pos = pos
+                    heapq.heappush(self.replay, pos)
+                    self._replay_set.add(pos)
+                skipped.add(pos)
+                continue
+            if from_replay:
+                heapq.heappop(self.replay)
+                self._replay_set.discard(pos)
+            else:
+                self.read_pos = pos
+            mask = self.batch_acks.get(pos)
+            ack_set = None
+            count = entry.num_messages
+            if mask is not None and entry.is_batch:
+                ack_set = ack_set_for(count, _indexes(mask))
+                count = bin(mask).count("1")
+            consumer.permits -= count
+            consumer.pending.add(pos)
+            consumer.delivered += count
+            self.pending[pos] = consumer
+            self.msg_out += count
+            consumer.sender.send_message(consumer, entry, self.redeliveries.get(pos, 0), ack_set)

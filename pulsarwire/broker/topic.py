@@ -1,0 +1,117 @@
+"""A topic on the broker: its log, producers, subscriptions, dedup state and schema."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pulsarwire.proto import pb
+
+from .storage import Entry, TopicLog, topic_dir
+from .subscription import Position, Subscription
+
+
+@dataclass(eq=False)
+class ProducerRef:
+    producer_id: int
+    name: str
+    topic: Topic
+    owner: Any  # the ServerConnection
+
+
+@dataclass
+class SchemaVersion:
+    schema: pb.Schema
+    version: int
+
+
+@dataclass(eq=False)
+class Topic:
+    name: str
+    log: TopicLog
+    partition_index: int = -1
+    data_dir: Path | None = None
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    producers: dict[str, ProducerRef] = field(default_factory=dict)
+    #: highest sequence id stored per producer name (deduplication)
+    last_sequence: dict[str, int] = field(default_factory=dict)
+    schemas: list[SchemaVersion] = field(default_factory=list)
+    terminated: bool = False
+    msg_in: int = 0
+    bytes_in: int = 0
+    _dirty: bool = False
+
+    def __post_init__(self) -> None:
+        for entry in self.log.entries:
+            self.note_sequence(entry)
+        self._load_state()
+
+    # -- dedup ---------------------------------------------------------------------
+    @staticmethod
+    def highest_sequence(md: pb.MessageMetadata) -> int:
+        return max(md.sequence_id, md.highest_sequence_id)
+
+    def note_sequence(self, entry: Entry) -> None:
+        md = entry.metadata
+        if md.HasField("num_chunks_from_msg") and md.chunk_id < md.num_chunks_from_msg - 1:
+            # All chunks share the message's sequence id: as Pulsar does, only the last chunk
+            # records it, or the second chunk would be taken for a duplicate of the first.
+            return
+        seq = self.highest_sequence(md)
+        if seq > self.last_sequence.get(md.producer_name, -1):
+            self.last_sequence[md.producer_name] = seq
+
+    def append(self, data: bytes, md: pb.MessageMetadata) -> Entry:
+        entry = self.log.append(data, md)
+        self.note_sequence(entry)
+        self.msg_in += entry.num_messages
+        self.bytes_in += len(data)
+        return entry
+
+    # -- persistence of cursors, schemas, termination ------------------------------
+    def _state_path(self) -> Path | None:
+        return topic_dir(self.data_dir, self.name) / "cursors.json" if self.data_dir else None
+
+    def _load_state(self) -> None:
+        path = self._state_path()
+        if path is None or not path.exists():
+            return
+        state = json.loads(path.read_text())
+        self.terminated = bool(state.get("terminated", False))
+        for s in state.get("schemas", []):
+            schema = pb.Schema.FromString(bytes.fromhex(s["schema"]))
+            self.schemas.append(SchemaVersion(schema, int(s["version"])))
+        self.saved_subscriptions: dict[str, Any] = state.get("subscriptions", {})
+
+    def save_state(self) -> None:
+        path = self._state_path()
+        self._dirty = False
+        if path is None:
+            return
+        subs = dict(getattr(self, "saved_subscriptions", {}))
+        for name, sub in self.subscriptions.items():
+            if sub.durable:
+                subs[name] = sub.state()
+        state = {
+            "terminated": self.terminated,
+            "subscriptions": subs,
+            "schemas": [{"schema": s.schema.SerializeToString().hex(), "version": s.version} for s in self.schemas],
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, path)
+
+    def forget_subscription(self, name: str) -> None:
+        self.subscriptions.pop(name, None)
+        getattr(self, "saved_subscriptions", {}).pop(name, None)
+        self.save_state()
+
+    def position_before_index(self, idx: int) -> Position:
+        return self.log.entries[idx - 1].position if idx > 0 else (-1, -1)
+
+    def dispatch_all(self) -> None:
+        for sub in list(self.subscriptions.values()):
+            sub.dispatch()

@@ -1,0 +1,10 @@
+"""Suite-wide setup: make the repository root importable so tests can share ``tests.helpers``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))

@@ -1,0 +1,1 @@
+"""Shared test helpers (the recording fake broker for golden-bytes tests)."""
