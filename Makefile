@@ -43,7 +43,9 @@ proto: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/codec.py
 
+# atheris is optional: where no wheel installs, the runner uses its own mutation engine.
 fuzz: $(STAMP)
+	-$(PY) -m pip install --quiet atheris
 	$(PY) bench/fuzz_codec.py --runs 1000000
 
 clean:

@@ -68,6 +68,8 @@ class ChunkReassembler(Generic[Id]):
         max_message_size: int = 1024 * 1024 * 1024,
         expire_after_ms: int = 60_000,
     ) -> None:
+        if max_pending < 1 or max_buffered_bytes < 1:
+            raise ValueError("max_pending and max_buffered_bytes must be at least 1")
         self.max_pending = max_pending
         self.max_buffered_bytes = max_buffered_bytes
         self.max_message_size = max_message_size

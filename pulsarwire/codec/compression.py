@@ -79,6 +79,8 @@ def compress(codec: int, data: Buffer) -> bytes:
 
 def _lz4_decompress(data: Buffer, size: int) -> bytes:
     if size == 0:
+        if bytes(data) != b"\x00":  # the only LZ4 block of an empty input
+            raise DecompressedSizeMismatchError("LZ4 block is not empty but metadata declares 0 bytes")
         return b""
     out = lz4.block.decompress(data, uncompressed_size=size)
     return bytes(out)

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from google.protobuf.unknown_fields import UnknownFieldSet
+
 from pulsarwire.codec.batch import is_batch, iter_batch
 from pulsarwire.codec.compression import decompress
 from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE
+from pulsarwire.errors import UnknownCompressionError
 from pulsarwire.proto import pb
+
+_COMPRESSION_FIELD = pb.MessageMetadata.DESCRIPTOR.fields_by_name["compression"].number
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +33,16 @@ class EntryMessage:
 def uncompressed_payload(
     md: pb.MessageMetadata, payload: bytes, max_uncompressed_size: int = DEFAULT_MAX_MESSAGE_SIZE
 ) -> bytes:
-    """The entry payload after decompression (see :func:`pulsarwire.codec.compression.decompress`)."""
+    """The entry payload after decompression (see :func:`pulsarwire.codec.compression.decompress`).
+
+    Raises UnknownCompressionError for a compression value this protocol does
+    not define (protobuf keeps it as an unknown field and would read NONE).
+    """
+    if md.compression == pb.NONE:
+        unknown = UnknownFieldSet(md)
+        for i in range(len(unknown)):
+            if unknown[i].field_number == _COMPRESSION_FIELD:
+                raise UnknownCompressionError(f"unknown compression type {unknown[i].data}")
     return decompress(md.compression, payload, md.uncompressed_size, max_uncompressed_size)
 
 

@@ -15,6 +15,7 @@ it back.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -25,6 +26,10 @@ from pulsarwire.proto import pb
 
 _U64 = 2**64
 _I64_MAX = 2**63 - 1
+_I32 = (-(2**31), 2**31 - 1)
+_I64 = (-(2**63), _I64_MAX)
+_RANGES = (_I64, _I64, _I32, _I32)
+_ID_TEXT = re.compile(r"-?[0-9]+(:-?[0-9]+){1,3}")
 
 
 class InvalidMessageIdError(PulsarWireError, ValueError):
@@ -84,13 +89,12 @@ class MessageId:
             return cls.EARLIEST
         if t.lower() == "latest":
             return cls.LATEST
-        parts = t.split(":")
-        if not 2 <= len(parts) <= 4:
+        if not _ID_TEXT.fullmatch(t):
             raise InvalidMessageIdError(f"not a message id: {text!r} (expected ledger:entry:partition:batch)")
-        try:
-            nums = [int(p) for p in parts]
-        except ValueError:
-            raise InvalidMessageIdError(f"not a message id: {text!r}") from None
+        nums = [int(p) for p in t.split(":")]
+        for value, (lo, hi), name in zip(nums, _RANGES, ("ledger_id", "entry_id", "partition", "batch_index")):
+            if not lo <= value <= hi:
+                raise InvalidMessageIdError(f"{name} {value} is out of range in {text!r}")
         return cls(*nums)
 
     def to_proto(self) -> pb.MessageIdData:
@@ -128,6 +132,8 @@ class MessageId:
             m.ParseFromString(data)
         except (DecodeError, ValueError) as exc:
             raise InvalidMessageIdError(f"not a serialized MessageIdData: {exc}") from None
+        if not m.IsInitialized():
+            raise InvalidMessageIdError("serialized MessageIdData lacks ledgerId or entryId")
         return cls.from_proto(m)
 
     # -- helpers ---------------------------------------------------------------
