@@ -43,7 +43,7 @@ from pulsarwire.errors import (
 from pulsarwire.proto import PROTOCOL_VERSION, pb
 
 from .naming import TopicName
-from .storage import Entry, TopicLog
+from .storage import Entry, TopicLog, stored_topics
 from .subscription import EARLIEST, ConsumerRef, Subscription
 from .topic import ProducerRef, SchemaVersion, Topic
 
@@ -53,6 +53,7 @@ SERVER_VERSION = "pulsarwire-broker/0.1"
 T = pb.BaseCommand
 E = pb.ServerError
 SubType = pb.CommandSubscribe.SubType
+_SCHEME = re.compile(r"^(non-)?persistent://")
 
 
 @dataclass
@@ -202,6 +203,7 @@ class Broker:
 
         def do() -> tuple[int, int]:
             t = self.get_topic(str(TopicName.parse(topic)), create=True)
+            assert t is not None
             t.terminated = True
             t.save_state()
             for p in list(t.producers.values()):
@@ -214,7 +216,13 @@ class Broker:
 
     def trim_topic(self, topic: str, entries: int) -> None:
         """Drop the oldest ``entries`` entries (simulates retention)."""
-        self.call(lambda: self.get_topic(str(TopicName.parse(topic)), create=True).log.trim_head(entries))
+
+        def do() -> None:
+            t = self.get_topic(str(TopicName.parse(topic)), create=True)
+            assert t is not None
+            t.log.trim_head(entries)
+
+        self.call(do)
 
     def stats(self, topic: str) -> dict[str, Any]:
         def do() -> dict[str, Any]:
@@ -491,9 +499,9 @@ class ServerConnection(asyncio.Protocol):
             raise BrokerError(E.NotAllowedError, f"{name} is a partitioned topic: use its partitions")
         if not self.broker.config.allow_auto_topic_creation and not self.broker.topic_exists(name):
             raise BrokerError(E.TopicNotFound, f"topic {name} does not exist")
-        topic = self.broker.get_topic(name, create=True)
-        assert topic is not None
-        return topic
+        found = self.broker.get_topic(name, create=True)
+        assert found is not None
+        return found
 
     # -- producers -------------------------------------------------------------------
     def on_producer(self, cmd: pb.BaseCommand, _: Any) -> None:
@@ -521,7 +529,9 @@ class ServerConnection(asyncio.Protocol):
         resp, sub = new_command(T.PRODUCER_SUCCESS)
         sub.request_id = request_id
         sub.producer_name = ref.name
-        sub.last_sequence_id = ref.topic.last_sequence.get(ref.name, -1) if self.broker.config.deduplication else -1
+        sub.last_sequence_id = (
+            ref.topic.last_sequence.get(ref.name, -1) if self.broker.config.deduplication else -1
+        )
         if ref.topic.schemas:
             sub.schema_version = ref.topic.schemas[-1].version.to_bytes(8, "big")
         self.send(resp)
@@ -651,8 +661,12 @@ class ServerConnection(asyncio.Protocol):
         if not durable and req.HasField("start_message_id"):
             mid = req.start_message_id
             pos = (_signed(mid.ledgerId), _signed(mid.entryId))
-            if pos[0] >= 0 and pos[1] >= 0 and mid.batch_index >= 0:
-                # A batch message: start at its entry; the client drops the earlier indexes.
+            if pos > log_.last_position:
+                # Past the end (MessageId.latest is (2^63-1, 2^63-1)): start after the last entry.
+                start = log_.last_position
+            elif pos[0] >= 0 and pos[1] >= 0:
+                # As Pulsar does (it reads every start id as a batch id): deliver the start entry
+                # itself; the client drops it, or its earlier batch indexes, unless inclusive.
                 start = topic.position_before_index(log_.index_at_or_after(pos))
             elif pos[0] < 0:
                 start = EARLIEST
@@ -694,7 +708,7 @@ class ServerConnection(asyncio.Protocol):
 
     def on_ack(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.ack
-        consumer, topic, sub = self._consumer(req.consumer_id)
+        _consumer, topic, sub = self._consumer(req.consumer_id)
         for mid in req.message_id:
             pos = (_signed(mid.ledgerId), _signed(mid.entryId))
             ack_set = list(mid.ack_set) or None
@@ -807,8 +821,14 @@ class ServerConnection(asyncio.Protocol):
         resp, s = new_command(T.GET_TOPICS_OF_NAMESPACE_RESPONSE)
         s.request_id = req.request_id
         if req.HasField("topics_pattern"):
-            pattern = re.compile(req.topics_pattern)
-            topics = [t for t in topics if pattern.match(t)]
+            # As Pulsar's TopicList.filterTopics: a full match of the scheme-less pattern against
+            # the scheme-less name of the (partitioned) topic, not a prefix match of the full name.
+            pattern = re.compile(_SCHEME.sub("", req.topics_pattern))
+            topics = [
+                t
+                for t in topics
+                if pattern.fullmatch(_SCHEME.sub("", str(TopicName.parse(t).partitioned_parent)))
+            ]
             s.filtered = True
         digest = topics_hash(topics)
         s.topics_hash = digest
@@ -820,15 +840,20 @@ class ServerConnection(asyncio.Protocol):
 
     def broker_topics_in(self, namespace: str) -> list[str]:
         prefix = f"persistent://{namespace}/"
-        names = set()
+        names: set[str] = set()
         for name, n in self.broker.partitioned.items():
             if name.startswith(prefix):
                 names.update(str(TopicName.parse(name).partition(i)) for i in range(n))
         names.update(t for t in self.broker.topics if t.startswith(prefix))
+        if self.broker.config.data_dir is not None:
+            # Topics written before a restart exist even while no client has loaded them yet.
+            names.update(t for t in stored_topics(self.broker.config.data_dir) if t.startswith(prefix))
         return sorted(names)
 
     # -- Sender (used by subscriptions) -------------------------------------------------
-    def send_message(self, consumer: ConsumerRef, entry: Entry, redelivery_count: int, ack_set: list[int] | None) -> None:
+    def send_message(
+        self, consumer: ConsumerRef, entry: Entry, redelivery_count: int, ack_set: list[int] | None
+    ) -> None:
         cmd, m = new_command(T.MESSAGE)
         m.consumer_id = consumer.consumer_id
         m.message_id.ledgerId = entry.ledger_id

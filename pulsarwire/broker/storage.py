@@ -26,7 +26,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from pulsarwire.codec.frames import U32, crc32c, decode_metadata
 from pulsarwire.proto import pb
@@ -73,11 +73,22 @@ def topic_dir(data_dir: Path, topic: str) -> Path:
     return data_dir / "topics" / quote(topic, safe="")
 
 
+def stored_topics(data_dir: Path) -> list[str]:
+    """Names of the topics stored under ``data_dir`` (loaded or not), as :func:`topic_dir` lays them out."""
+    root = data_dir / "topics"
+    return sorted(unquote(p.name) for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
 class TopicLog:
     """The entries of one topic (a partition of a partitioned topic is a topic of its own)."""
 
     def __init__(
-        self, topic: str, *, data_dir: Path | None = None, entries_per_ledger: int = 50_000, fsync: bool = False
+        self,
+        topic: str,
+        *,
+        data_dir: Path | None = None,
+        entries_per_ledger: int = 50_000,
+        fsync: bool = False,
     ) -> None:
         self.topic = topic
         self.entries: list[Entry] = []

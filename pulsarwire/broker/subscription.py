@@ -14,8 +14,12 @@ Dispatch picks the next entry (replay first, oldest first, then new entries)
 and a consumer by subscription type: Exclusive and Failover send to the
 active consumer, Shared round-robins over consumers with permits, Key_Shared
 sends every key to the same consumer (hash ranges split evenly between the
-consumers). A consumer gets entries only while it has permits; a batch uses
-as many permits as it has unacknowledged messages.
+consumers). A Key_Shared consumer that joins while entries are delivered and
+unacknowledged is "recently joined", as in Pulsar: until everything read
+before it joined is acknowledged it only gets those older entries, so a key
+that moves to it cannot overtake the messages still pending elsewhere. A
+consumer gets entries only while it has permits; a batch uses as many permits
+as it has unacknowledged messages.
 
 Durable cursors are written to ``cursors.json`` of the topic (debounced by the
 broker); a lost update redelivers, it never skips — as Pulsar's own
@@ -107,6 +111,8 @@ class Subscription:
         self.consumers: list[ConsumerRef] = []
         self._rr = 0
         self._active: ConsumerRef | None = None
+        #: Key_Shared consumers that joined with entries in flight -> the last entry read then
+        self._recently_joined: dict[ConsumerRef, Position] = {}
         self._on_change = on_change or (lambda: None)
         self.msg_out = 0
 
@@ -130,6 +136,8 @@ class Subscription:
         return pos <= self.mark_delete or pos in self.acked
 
     def add_consumer(self, consumer: ConsumerRef) -> None:
+        if self.sub_type == SubType.Key_Shared and self.consumers and self.read_pos > self.mark_delete:
+            self._recently_joined[consumer] = self.read_pos
         self.consumers.append(consumer)
         self._update_active()
 
@@ -137,6 +145,9 @@ class Subscription:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
         consumer.connected = False
+        self._recently_joined.pop(consumer, None)
+        if len(self.consumers) <= 1:
+            self._recently_joined.clear()
         for pos in list(consumer.pending):
             self._to_replay(pos, count=True)
         consumer.pending.clear()
@@ -187,7 +198,9 @@ class Subscription:
         self._replay_set.add(pos)
 
     def redeliver(self, consumer: ConsumerRef, positions: list[Position] | None) -> None:
-        targets = list(consumer.pending) if positions is None else [p for p in positions if p in consumer.pending]
+        targets = (
+            list(consumer.pending) if positions is None else [p for p in positions if p in consumer.pending]
+        )
         for pos in targets:
             self._to_replay(pos, count=True)
         self.dispatch()
@@ -263,6 +276,7 @@ class Subscription:
         self.replay.clear()
         self._replay_set.clear()
         self.redeliveries.clear()
+        self._recently_joined.clear()
         for consumer in self.consumers:
             consumer.pending.clear()
         self.pending.clear()
@@ -281,7 +295,7 @@ class Subscription:
         return total
 
     # -- dispatch -----------------------------------------------------------------
-    def _choose(self, entry: Entry) -> ConsumerRef | None:
+    def _choose(self, entry: Entry, from_replay: bool) -> ConsumerRef | None:
         if not self.consumers:
             return None
         if self.sub_type in (SubType.Exclusive, SubType.Failover):
@@ -291,6 +305,13 @@ class Subscription:
             ordered = self._sorted_for_failover()
             slot = murmur3_32(entry.key) % KEY_HASH_RANGE
             c = ordered[slot * len(ordered) // KEY_HASH_RANGE]
+            limit = self._recently_joined.get(c)
+            if limit is not None:
+                if from_replay:
+                    # As Pulsar: a replayed entry may be held back for an earlier joiner too.
+                    limit = min(limit, *self._recently_joined.values())
+                if entry.position > limit:
+                    return None
             return c if c.permits > 0 else None
         n = len(self.consumers)
         for k in range(n):
@@ -324,10 +345,18 @@ class Subscription:
             idx += 1
         return None
 
+    def _prune_recently_joined(self) -> None:
+        """A joined consumer is an ordinary one once everything read before it joined is acknowledged."""
+        for consumer, limit in list(self._recently_joined.items()):
+            if limit <= self.mark_delete:
+                del self._recently_joined[consumer]
+
     def dispatch(self) -> None:
         if not self.consumers:
             return
         key_shared = self.sub_type == SubType.Key_Shared
+        if key_shared:
+            self._prune_recently_joined()
         skipped: set[Position] = set()
         while True:
             cand = self._next_candidate(skipped)
@@ -335,7 +364,7 @@ class Subscription:
                 return
             entry, from_replay = cand
             pos = entry.position
-            consumer = self._choose(entry)
+            consumer = self._choose(entry, from_replay)
             if consumer is None:
                 if not key_shared or len(skipped) > 1000:
                     return

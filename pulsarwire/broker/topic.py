@@ -98,7 +98,9 @@ class Topic:
         state = {
             "terminated": self.terminated,
             "subscriptions": subs,
-            "schemas": [{"schema": s.schema.SerializeToString().hex(), "version": s.version} for s in self.schemas],
+            "schemas": [
+                {"schema": s.schema.SerializeToString().hex(), "version": s.version} for s in self.schemas
+            ],
         }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))

@@ -9,8 +9,8 @@ a whole entry (batch_index -1) sorts before its first batch index.
 ``serialize()`` produces a MessageIdData protobuf exactly as the official
 clients' ``MessageId.serialize()`` do (ledger and entry always, partition and
 batch_index only when not -1, batch_size only when > 0, and the first chunk's
-id for a chunked message), so ids round-trip with them. ``str()`` is ``ledger:entry:partition:batch`` and ``parse()`` reads
-it back.
+id for a chunked message), so ids round-trip with them. ``str()`` is
+``ledger:entry:partition:batch`` and ``parse()`` reads it back.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ class MessageId:
         if not _ID_TEXT.fullmatch(t):
             raise InvalidMessageIdError(f"not a message id: {text!r} (expected ledger:entry:partition:batch)")
         nums = [int(p) for p in t.split(":")]
-        for value, (lo, hi), name in zip(nums, _RANGES, ("ledger_id", "entry_id", "partition", "batch_index")):
+        names = ("ledger_id", "entry_id", "partition", "batch_index")[: len(nums)]
+        for value, (lo, hi), name in zip(nums, _RANGES, names, strict=False):
             if not lo <= value <= hi:
                 raise InvalidMessageIdError(f"{name} {value} is out of range in {text!r}")
         return cls(*nums)
@@ -143,7 +144,12 @@ class MessageId:
 
     def with_partition(self, partition: int) -> MessageId:
         return MessageId(
-            self.ledger_id, self.entry_id, partition, self.batch_index, self.batch_size, self.first_chunk_message_id
+            self.ledger_id,
+            self.entry_id,
+            partition,
+            self.batch_index,
+            self.batch_size,
+            self.first_chunk_message_id,
         )
 
 
