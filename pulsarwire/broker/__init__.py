@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+from .auth import TokenAuth, make_jwt
+from .cluster import Cluster
+from .faults import Faults
 from .server import Broker, BrokerConfig
 
-__all__ = ["Broker", "BrokerConfig"]
+__all__ = ["Broker", "BrokerConfig", "Cluster", "Faults", "TokenAuth", "make_jwt"]

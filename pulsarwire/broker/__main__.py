@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="pulsarwire's single-node Apache Pulsar broker (binary protocol v21).",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=6650, help="port for pulsar:// (default 6650; 0 = any free port)")
+    p.add_argument(
+        "--port", type=int, default=6650, help="port for pulsar:// (default 6650; 0 = any free port)"
+    )
     p.add_argument(
         "--data-dir",
         type=Path,
@@ -31,7 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep topics, partition metadata and cursors here; without it everything is in memory",
     )
     p.add_argument(
-        "--max-message-size", type=int, default=5 * 1024 * 1024, help="largest message accepted (default 5 MiB)"
+        "--max-message-size",
+        type=int,
+        default=5 * 1024 * 1024,
+        help="largest message accepted (default 5 MiB)",
     )
     p.add_argument(
         "--default-partitions",
@@ -56,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=N",
         help="create a partitioned topic with N partitions at start (repeatable)",
     )
-    p.add_argument("--stats", type=float, default=0, metavar="SECONDS", help="print topic stats every SECONDS")
+    p.add_argument(
+        "--stats", type=float, default=0, metavar="SECONDS", help="print topic stats every SECONDS"
+    )
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return p
 

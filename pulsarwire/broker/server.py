@@ -18,7 +18,7 @@ import asyncio
 import itertools
 import json
 import logging
-import re
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -28,12 +28,12 @@ from typing import Any, cast
 from pulsarwire.codec.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,
     FrameDecoder,
-    crc32c,
     encode_command,
     encode_with_stored_entry,
     new_command,
 )
 from pulsarwire.errors import (
+    AuthenticationError,
     ChecksumMismatchError,
     InvalidTopicName,
     PayloadError,
@@ -42,10 +42,13 @@ from pulsarwire.errors import (
 )
 from pulsarwire.proto import PROTOCOL_VERSION, pb
 
+from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Identity, TokenAuth
+from .faults import Faults, corrupt
 from .naming import TopicName
 from .storage import Entry, TopicLog, stored_topics
 from .subscription import EARLIEST, ConsumerRef, Subscription
 from .topic import ProducerRef, SchemaVersion, Topic
+from .watch import TopicWatchers, Watcher, compile_topics_pattern, pattern_matches, topics_hash
 
 log = logging.getLogger("pulsarwire.broker")
 
@@ -53,7 +56,6 @@ SERVER_VERSION = "pulsarwire-broker/0.1"
 T = pb.BaseCommand
 E = pb.ServerError
 SubType = pb.CommandSubscribe.SubType
-_SCHEME = re.compile(r"^(non-)?persistent://")
 
 
 @dataclass
@@ -69,6 +71,16 @@ class BrokerConfig:
     fsync: bool = False
     keepalive_seconds: float = 30.0
     cursor_flush_seconds: float = 0.1
+    #: token authentication (None: every client is accepted)
+    auth: TokenAuth | None = None
+    #: role -> namespaces ("tenant/ns", or "*") it may produce to / consume from; None: no authorization
+    authorization: dict[str, list[str]] | None = None
+    #: seconds a client has to answer AUTH_CHALLENGE with a fresh credential
+    auth_challenge_timeout: float = 10.0
+    #: TLS listener (pulsar+ssl://): port (0 = any free port) and PEM files
+    tls_port: int | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
 
 
 class BrokerError(PulsarWireError):
@@ -99,6 +111,19 @@ class Broker:
         self.port = cfg.port
         self._flush_handle: asyncio.TimerHandle | None = None
         self._dirty_topics: set[Topic] = set()
+        self._tls_server: asyncio.AbstractServer | None = None
+        self.tls_port = cfg.tls_port
+        self.name = "standalone"
+        #: set by Cluster: who owns which topic
+        self.cluster: Any = None
+        self.faults = Faults()
+        self.watchers = TopicWatchers()
+        # counters visible to tests and --stats
+        self.connections_accepted = 0
+        self.lookups_redirected = 0
+        self.auth_refreshes = 0
+        self.auth_failures = 0
+        self.corrupt_acks = 0
         self._load_metadata()
 
     # -- lifecycle ---------------------------------------------------------------
@@ -106,21 +131,38 @@ class Broker:
     def service_url(self) -> str:
         return f"pulsar://{self.config.host}:{self.port}"
 
+    @property
+    def service_url_tls(self) -> str | None:
+        return f"pulsar+ssl://{self.config.host}:{self.tls_port}" if self._tls_server is not None else None
+
     async def astart(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._server = await self._loop.create_server(
-            lambda: ServerConnection(self), self.config.host, self.config.port
+            lambda: ServerConnection(self), self.config.host, self.port
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("broker listening on %s", self.service_url)
+        if self.tls_port is not None:
+            cfg = self.config
+            if cfg.tls_cert_file is None or cfg.tls_key_file is None:
+                raise ValueError("a TLS listener needs tls_cert_file and tls_key_file")
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(str(cfg.tls_cert_file), str(cfg.tls_key_file))
+            self._tls_server = await self._loop.create_server(
+                lambda: ServerConnection(self), cfg.host, self.tls_port, ssl=context
+            )
+            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
+        log.info("broker listening on %s %s", self.service_url, self.service_url_tls or "")
 
     async def astop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for conn in list(self.connections):
-                conn.close()
-            await self._server.wait_closed()
-            self._server = None
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                await server.wait_closed()
+        self._server = self._tls_server = None
         self.flush_state()
         for topic in self.topics.values():
             topic.log.close()
@@ -156,6 +198,15 @@ class Broker:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=30)
             self._thread = None
+
+    def restart(self) -> Broker:
+        """Stop and start again on the same ports and data dir, forgetting everything not on disk."""
+        self.stop()
+        self.topics = {}
+        self.partitioned = {}
+        self._dirty_topics = set()
+        self._load_metadata()
+        return self.start()
 
     def __enter__(self) -> Broker:
         return self.start()
@@ -195,6 +246,8 @@ class Broker:
                 raise ValueError("partitions must be positive")
             self.partitioned[name] = partitions
             self._save_metadata()
+            for i in range(partitions):
+                self._topic_created(str(TopicName.parse(name).partition(i)))
 
         self.call(do)
 
@@ -223,6 +276,65 @@ class Broker:
             t.log.trim_head(entries)
 
         self.call(do)
+
+    # -- fault injection (thread-safe) -----------------------------------------------
+    def inject(self, **faults: Any) -> None:
+        """Arm faults for the next operations, e.g. ``inject(fail_receipts=1)``; see :class:`Faults`."""
+
+        def do() -> None:
+            for k, v in faults.items():
+                if not hasattr(self.faults, k):
+                    raise AttributeError(f"unknown fault {k!r}")
+                setattr(self.faults, k, v)
+
+        self.call(do)
+
+    def drop_connections(self, topic: str | None = None) -> int:
+        """Cut TCP connections (all, or those with producers/consumers on ``topic``); returns how many."""
+
+        def do() -> int:
+            name = str(TopicName.parse(topic)) if topic else None
+            victims = [c for c in self.connections if name is None or c.uses_topic(name)]
+            for c in victims:
+                c.abort()
+            return len(victims)
+
+        return cast(int, self.call(do))
+
+    def close_producers(self, topic: str) -> None:
+        """Send CLOSE_PRODUCER to every producer of ``topic`` (clients look up again and reconnect)."""
+        name = str(TopicName.parse(topic))
+
+        def do() -> None:
+            for c in list(self.connections):
+                c.close_topic_producers(name)
+
+        self.call(do)
+
+    def close_consumers(self, topic: str) -> None:
+        """Send CLOSE_CONSUMER to every consumer of ``topic``."""
+        name = str(TopicName.parse(topic))
+
+        def do() -> None:
+            for c in list(self.connections):
+                c.close_topic_consumers(name)
+
+        self.call(do)
+
+    def unload_topic(self, topic: str) -> None:
+        """Unload: disconnect the topic's producers and consumers; in a cluster it moves to another broker."""
+        if self.cluster is not None:
+            self.cluster.unload_topic(topic)
+            return
+        self.call(self._disconnect_topic, str(TopicName.parse(topic)))
+
+    def _disconnect_topic(self, name: str) -> None:
+        for c in list(self.connections):
+            c.close_topic_producers(name)
+            c.close_topic_consumers(name)
+
+    def owns(self, name: str) -> bool:
+        return self.cluster is None or self.cluster.owner_of(name) is self
 
     def stats(self, topic: str) -> dict[str, Any]:
         def do() -> dict[str, Any]:
@@ -279,7 +391,14 @@ class Broker:
         )
         topic = Topic(name, log_, partition_index=tn.partition_index, data_dir=self.config.data_dir)
         self.topics[name] = topic
+        self._topic_created(name)
         return topic
+
+    def _topic_created(self, name: str) -> None:
+        brokers = self.cluster.brokers if self.cluster is not None else [self]
+        for b in brokers:
+            for watcher, digest in b.watchers.topic_created(name):
+                watcher.owner.send_watch_update(watcher.watcher_id, [name], digest)
 
     def topic_exists(self, name: str) -> bool:
         if name in self.topics or name in self.partitioned:
@@ -330,15 +449,44 @@ class ServerConnection(asyncio.Protocol):
         self.consumers: dict[int, tuple[ConsumerRef, Topic, Subscription]] = {}
         self.last_seen = time.monotonic()
         self.peer = ""
+        self.identity: Identity | None = None
+        self._ping_outstanding = False
+        self._keepalive: asyncio.TimerHandle | None = None
+        self._auth_timer: asyncio.TimerHandle | None = None
+        self._auth_deadline: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.peer = str(transport.get_extra_info("peername"))
         self.broker.connections.add(self)
+        self.broker.connections_accepted += 1
+        self._schedule_keepalive()
+
+    def _schedule_keepalive(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._keepalive = loop.call_later(self.broker.config.keepalive_seconds, self._keepalive_check)
+
+    def _keepalive_check(self) -> None:
+        """Ping a connection idle for a keepalive interval; close it when the ping went unanswered."""
+        if self.transport is None:
+            return
+        idle = time.monotonic() - self.last_seen
+        if idle >= self.broker.config.keepalive_seconds:
+            if self._ping_outstanding:
+                log.info("closing %s: no answer to PING for %.1f s", self.peer, idle)
+                self.close()
+                return
+            self._ping_outstanding = True
+            self.send(new_command(T.PING)[0])
+        self._schedule_keepalive()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.broker.connections.discard(self)
+        self.broker.watchers.remove(self)
+        for timer in (self._keepalive, self._auth_timer, self._auth_deadline):
+            if timer is not None:
+                timer.cancel()
         for p in list(self.producers.values()):
             self._remove_producer(p)
         for cid in list(self.consumers):
@@ -346,6 +494,7 @@ class ServerConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_seen = time.monotonic()
+        self._ping_outstanding = False
         self.decoder.feed(data)
         while self.transport is not None:
             try:
@@ -383,6 +532,25 @@ class ServerConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
             self.transport = None
+
+    def abort(self) -> None:
+        """Cut the connection without a goodbye (fault injection)."""
+        if self.transport is not None:
+            self.transport.abort()
+            self.transport = None
+
+    def uses_topic(self, name: str) -> bool:
+        return any(p.topic.name == name for p in self.producers.values()) or any(
+            t.name == name for _c, t, _s in self.consumers.values()
+        )
+
+    def close_topic_producers(self, name: str) -> None:
+        for ref in [p for p in self.producers.values() if p.topic.name == name]:
+            self.close_producer(ref)
+
+    def close_topic_consumers(self, name: str) -> None:
+        for cid in [cid for cid, (_c, t, _s) in self.consumers.items() if t.name == name]:
+            self.close_consumer(cid)
 
     def write(self, data: bytes) -> None:
         if self.transport is not None:
@@ -454,6 +622,15 @@ class ServerConnection(asyncio.Protocol):
     def on_connect(self, cmd: pb.BaseCommand, _: Any) -> None:
         c = cmd.connect
         self.protocol_version = min(c.protocol_version, PROTOCOL_VERSION)
+        if self.broker.config.auth is not None:
+            try:
+                self._authenticate(c.auth_method_name, c.auth_data)
+            except AuthenticationError as exc:
+                self.broker.auth_failures += 1
+                log.info("authentication failed for %s: %s", self.peer, exc)
+                self._error(2**64 - 1, E.AuthenticationError, str(exc))  # request id -1, as Pulsar
+                self.close()
+                return
         resp, sub = new_command(T.CONNECTED)
         sub.server_version = SERVER_VERSION
         sub.protocol_version = self.protocol_version
@@ -463,6 +640,59 @@ class ServerConnection(asyncio.Protocol):
         sub.feature_flags.supports_topic_watchers = True
         self.connected = True
         self.send(resp)
+
+    def _authenticate(self, method: str, data: bytes) -> None:
+        auth = cast(TokenAuth, self.broker.config.auth)
+        self.identity = auth.authenticate(method, data, time.time())
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
+        if self.identity.expires_at is not None:
+            delay = max(0.0, self.identity.expires_at - time.time())
+            self._auth_timer = asyncio.get_running_loop().call_later(delay, self._challenge)
+
+    def _challenge(self) -> None:
+        """The credential expired: ask for a fresh one and close if none comes in time."""
+        self._auth_timer = None
+        if self.transport is None:
+            return
+        cmd, s = new_command(T.AUTH_CHALLENGE)
+        s.server_version = SERVER_VERSION
+        s.protocol_version = self.protocol_version
+        s.challenge.auth_method_name = TOKEN_METHOD
+        s.challenge.auth_data = REFRESH_AUTH_DATA
+        self.send(cmd)
+        self._auth_deadline = asyncio.get_running_loop().call_later(
+            self.broker.config.auth_challenge_timeout, self._auth_timed_out
+        )
+
+    def _auth_timed_out(self) -> None:
+        log.info("closing %s: no fresh credential after AUTH_CHALLENGE", self.peer)
+        self.close()
+
+    def on_auth_response(self, cmd: pb.BaseCommand, _: Any) -> None:
+        r = cmd.authResponse.response
+        if self._auth_deadline is not None:
+            self._auth_deadline.cancel()
+            self._auth_deadline = None
+        try:
+            self._authenticate(r.auth_method_name or TOKEN_METHOD, r.auth_data)
+        except AuthenticationError as exc:
+            log.info("closing %s: refreshed credential refused: %s", self.peer, exc)
+            self._error(2**64 - 1, E.AuthenticationError, str(exc))  # request id -1, as Pulsar
+            self.close()
+            return
+        self.broker.auth_refreshes += 1
+
+    def _authorize(self, name: str) -> None:
+        rules = self.broker.config.authorization
+        if rules is None or self.broker.config.auth is None:
+            return
+        role = self.identity.role if self.identity else ""
+        namespace = TopicName.parse(name).namespace_name
+        allowed = rules.get(role, [])
+        if "*" not in allowed and namespace not in allowed:
+            raise BrokerError(E.AuthorizationError, f"role {role!r} is not authorized on {namespace}")
 
     def on_ping(self, cmd: pb.BaseCommand, _: Any) -> None:
         self.send(new_command(T.PONG)[0])
@@ -485,16 +715,27 @@ class ServerConnection(asyncio.Protocol):
 
     def on_lookup(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.lookupTopic
-        TopicName.parse(req.topic)
+        name = str(TopicName.parse(req.topic))
+        self._authorize(name)
+        owner = self.broker.cluster.owner_of(name) if self.broker.cluster is not None else self.broker
         resp, sub = new_command(T.LOOKUP_RESPONSE)
         sub.request_id = req.request_id
-        sub.response = pb.CommandLookupTopicResponse.Connect
-        sub.brokerServiceUrl = self.broker.service_url
+        if owner is self.broker:
+            sub.response = pb.CommandLookupTopicResponse.Connect
+        else:
+            sub.response = pb.CommandLookupTopicResponse.Redirect
+            self.broker.lookups_redirected += 1
+        sub.brokerServiceUrl = owner.service_url
+        if owner.service_url_tls is not None:
+            sub.brokerServiceUrlTls = owner.service_url_tls
         sub.authoritative = True
         self.send(resp)
 
     def _topic_for_use(self, topic: str) -> Topic:
         name = str(TopicName.parse(topic))
+        self._authorize(name)
+        if not self.broker.owns(name):
+            raise BrokerError(E.ServiceNotReady, f"topic {name} is not served by {self.broker.name}")
         if name in self.broker.partitioned:
             raise BrokerError(E.NotAllowedError, f"{name} is a partitioned topic: use its partitions")
         if not self.broker.config.allow_auto_topic_creation and not self.broker.topic_exists(name):
@@ -546,6 +787,14 @@ class ServerConnection(asyncio.Protocol):
             raise BrokerError(E.TopicTerminatedError, f"topic {topic.name} is terminated")
         if payload is None:
             raise BrokerError(E.UnknownError, "SEND without payload")
+        faults = self.broker.faults
+        if faults.take("drop_sends"):
+            log.info("fault: dropping send %s of %s and the connection", req.sequence_id, ref.name)
+            self.abort()
+            return
+        if faults.take("fail_receipts"):
+            self._send_error(req.producer_id, req.sequence_id, faults.fail_code, "injected failure")
+            return
         md = payload.metadata
         highest = max(req.highest_sequence_id, req.sequence_id, topic.highest_sequence(md))
         if self.broker.config.deduplication and highest <= topic.last_sequence.get(ref.name, -1):
@@ -556,6 +805,15 @@ class ServerConnection(asyncio.Protocol):
         topic.dispatch_all()
 
     def _receipt(self, req: pb.CommandSend, ledger_id: int, entry_id: int) -> None:
+        faults = self.broker.faults
+        if faults.take("delay_receipts"):
+            asyncio.get_running_loop().call_later(
+                faults.receipt_delay, self._send_receipt, req, ledger_id, entry_id
+            )
+            return
+        self._send_receipt(req, ledger_id, entry_id)
+
+    def _send_receipt(self, req: pb.CommandSend, ledger_id: int, entry_id: int) -> None:
         resp, sub = new_command(T.SEND_RECEIPT)
         sub.producer_id = req.producer_id
         sub.sequence_id = req.sequence_id
@@ -709,6 +967,16 @@ class ServerConnection(asyncio.Protocol):
     def on_ack(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.ack
         _consumer, topic, sub = self._consumer(req.consumer_id)
+        if req.HasField("validation_error"):
+            # As Apache Pulsar: the client discarded a corrupt entry; it is acked (and counted, logged).
+            self.broker.corrupt_acks += 1
+            log.warning(
+                "consumer %s on %s discarded corrupt entries %s (%s)",
+                req.consumer_id,
+                topic.name,
+                [f"{m.ledgerId}:{m.entryId}" for m in req.message_id],
+                pb.CommandAck.ValidationError.Name(req.validation_error),
+            )
         for mid in req.message_id:
             pos = (_signed(mid.ledgerId), _signed(mid.entryId))
             ack_set = list(mid.ack_set) or None
@@ -823,12 +1091,8 @@ class ServerConnection(asyncio.Protocol):
         if req.HasField("topics_pattern"):
             # As Pulsar's TopicList.filterTopics: a full match of the scheme-less pattern against
             # the scheme-less name of the (partitioned) topic, not a prefix match of the full name.
-            pattern = re.compile(_SCHEME.sub("", req.topics_pattern))
-            topics = [
-                t
-                for t in topics
-                if pattern.fullmatch(_SCHEME.sub("", str(TopicName.parse(t).partitioned_parent)))
-            ]
+            pattern = compile_topics_pattern(req.topics_pattern)
+            topics = [t for t in topics if pattern_matches(pattern, t)]
             s.filtered = True
         digest = topics_hash(topics)
         s.topics_hash = digest
@@ -850,6 +1114,31 @@ class ServerConnection(asyncio.Protocol):
             names.update(t for t in stored_topics(self.broker.config.data_dir) if t.startswith(prefix))
         return sorted(names)
 
+    # -- topic list watchers -------------------------------------------------------------
+    def on_watch_topic_list(self, cmd: pb.BaseCommand, _: Any) -> None:
+        req = cmd.watchTopicList
+        pattern = compile_topics_pattern(req.topics_pattern)
+        topics = [t for t in self.broker_topics_in(req.namespace) if pattern_matches(pattern, t)]
+        self.broker.watchers.add(Watcher(self, req.watcher_id, req.namespace, pattern, set(topics)))
+        resp, s = new_command(T.WATCH_TOPIC_LIST_SUCCESS)
+        s.request_id = req.request_id
+        s.watcher_id = req.watcher_id
+        s.topic.extend(topics)
+        s.topics_hash = topics_hash(topics)
+        self.send(resp)
+
+    def on_watch_topic_list_close(self, cmd: pb.BaseCommand, _: Any) -> None:
+        req = cmd.watchTopicListClose
+        self.broker.watchers.remove(self, req.watcher_id)
+        self._success(req.request_id)
+
+    def send_watch_update(self, watcher_id: int, new_topics: list[str], digest: str) -> None:
+        cmd, s = new_command(T.WATCH_TOPIC_UPDATE)
+        s.watcher_id = watcher_id
+        s.new_topics.extend(new_topics)
+        s.topics_hash = digest
+        self.send(cmd)
+
     # -- Sender (used by subscriptions) -------------------------------------------------
     def send_message(
         self, consumer: ConsumerRef, entry: Entry, redelivery_count: int, ack_set: list[int] | None
@@ -865,7 +1154,8 @@ class ServerConnection(asyncio.Protocol):
             m.redelivery_count = redelivery_count
         if ack_set:
             m.ack_set.extend(ack_set)
-        self.write(encode_with_stored_entry(cmd, entry.data))
+        data = corrupt(entry.data) if self.broker.faults.take("corrupt_dispatches") else entry.data
+        self.write(encode_with_stored_entry(cmd, data))
 
     def send_active_change(self, consumer: ConsumerRef, active: bool) -> None:
         cmd, s = new_command(T.ACTIVE_CONSUMER_CHANGE)
@@ -899,16 +1189,11 @@ class ServerConnection(asyncio.Protocol):
         T.GET_TOPICS_OF_NAMESPACE: on_get_topics_of_namespace,
         T.GET_SCHEMA: on_get_schema,
         T.GET_OR_CREATE_SCHEMA: on_get_or_create_schema,
+        T.AUTH_RESPONSE: on_auth_response,
+        T.WATCH_TOPIC_LIST: on_watch_topic_list,
+        T.WATCH_TOPIC_LIST_CLOSE: on_watch_topic_list_close,
     }
 
 
 def _signed(v: int) -> int:
     return v - 2**64 if v >= 2**63 else v
-
-
-def topics_hash(topics: list[str]) -> str:
-    """Pulsar's topic-list hash: CRC32C over the sorted names, as Guava prints it (little-endian hex)."""
-    crc = 0
-    for t in sorted(topics):
-        crc = crc32c(t.encode(), crc)
-    return crc.to_bytes(4, "little").hex()

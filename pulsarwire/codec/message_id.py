@@ -96,7 +96,8 @@ class MessageId:
         for value, (lo, hi), name in zip(nums, _RANGES, names, strict=False):
             if not lo <= value <= hi:
                 raise InvalidMessageIdError(f"{name} {value} is out of range in {text!r}")
-        return cls(*nums)
+        ledger, entry, *rest = nums
+        return cls(ledger, entry, *rest[:2])  # type: ignore[arg-type]
 
     def to_proto(self) -> pb.MessageIdData:
         m = pb.MessageIdData(ledgerId=self.ledger_id % _U64, entryId=self.entry_id % _U64)
