@@ -14,6 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
+from .auth import TokenAuth
 from .server import Broker, BrokerConfig
 
 
@@ -61,6 +62,30 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=N",
         help="create a partitioned topic with N partitions at start (repeatable)",
     )
+    p.add_argument("--tls-port", type=int, default=None, help="also listen for pulsar+ssl:// on this port")
+    p.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain for the TLS listener")
+    p.add_argument("--tls-key", type=Path, default=None, help="PEM private key for the TLS listener")
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument(
+        "--auth-token-secret",
+        default=None,
+        metavar="SECRET|file:PATH",
+        help="require tokens: HS256 JWTs signed with this secret (sub = role, exp honoured)",
+    )
+    auth.add_argument(
+        "--auth-tokens",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="require tokens: one 'token [role]' a line",
+    )
+    p.add_argument(
+        "--keepalive",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="ping idle connections (default 30 s)",
+    )
     p.add_argument(
         "--stats", type=float, default=0, metavar="SECONDS", help="print topic stats every SECONDS"
     )
@@ -79,13 +104,20 @@ async def _run(args: argparse.Namespace) -> None:
         deduplication=args.dedup,
         entries_per_ledger=args.entries_per_ledger,
         fsync=args.fsync,
+        keepalive_seconds=args.keepalive,
+        tls_port=args.tls_port,
+        tls_cert_file=args.tls_cert,
+        tls_key_file=args.tls_key,
     )
+    if args.auth_token_secret or args.auth_tokens:
+        cfg.auth = TokenAuth.from_files(args.auth_token_secret, args.auth_tokens)
     broker = Broker(cfg)
     for spec in args.partitioned_topic:
         name, _, n = spec.rpartition("=")
         broker.create_partitioned_topic(name, int(n))
     await broker.astart()
-    print(f"pulsarwire broker ready on {broker.service_url}", flush=True)
+    urls = " ".join(u for u in (broker.service_url, broker.service_url_tls) if u)
+    print(f"pulsarwire broker ready on {urls}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
