@@ -856,7 +856,8 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.getSchema
         resp, sub = new_command(T.GET_SCHEMA_RESPONSE)
         sub.request_id = req.request_id
-        topic = self.broker.get_topic(str(TopicName.parse(req.topic)), create=False)
+        name = str(TopicName.parse(req.topic))
+        topic = self.broker.get_topic(name, create=self.broker.topic_exists(name))
         found = None
         if topic is not None and topic.schemas:
             if req.HasField("schema_version"):

@@ -93,3 +93,41 @@ def test_kill_minus_9_loses_nothing_that_got_a_receipt(tmp_path: Path) -> None:
             assert_exactly(receive_n(consumer, 120, ack=True), values[80:])
         finally:
             client.close()
+
+
+def test_stats_dump_prints_topic_counters(tmp_path: Path) -> None:
+    topic = new_topic()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pulsarwire.broker",
+            "--port",
+            "0",
+            "--stats",
+            "0.2",
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        url = proc.stdout.readline().split("ready on", 1)[1].split()[0]
+        client = make_client(url)
+        try:
+            client.create_producer(topic).send(b"x")
+        finally:
+            client.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if topic in line and '"msg_in": 1' in line:
+                break
+        else:
+            raise AssertionError("no stats line for the topic")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
