@@ -177,6 +177,51 @@ class ChunkError(RemoteProtocolError):
 
 
 # ---------------------------------------------------------------------------
+# Client-side errors
+# ---------------------------------------------------------------------------
+
+
+class ClientError(PulsarWireError):
+    """A client operation could not be completed."""
+
+
+class ConnectError(ClientError):
+    """No connection to a broker could be established (refused, TLS, handshake)."""
+
+
+class ConnectionClosedError(ClientError):
+    """The connection closed while a request was outstanding."""
+
+
+class OperationTimeoutError(ClientError, TimeoutError):
+    """An operation (lookup, create, send, receive) did not complete in time."""
+
+
+class SendTimeoutError(OperationTimeoutError):
+    """A message did not get a receipt within send_timeout_millis."""
+
+
+class ProducerQueueIsFullError(ClientError):
+    """max_pending_messages are waiting and block_if_queue_full is off."""
+
+
+class AlreadyClosedError(ClientError):
+    """The client, producer or consumer was closed."""
+
+
+class MessageTooBigError(ClientError):
+    """A message is larger than the broker's max_message_size and chunking is off."""
+
+
+class TooManyRedirectsError(ClientError):
+    """A lookup was redirected more times than allowed (a redirect loop)."""
+
+
+class UnexpectedReceiptError(RemoteProtocolError):
+    """A send receipt that does not match the oldest pending message (unknown producer, or ahead)."""
+
+
+# ---------------------------------------------------------------------------
 # Broker-reported errors (ServerError codes)
 # ---------------------------------------------------------------------------
 

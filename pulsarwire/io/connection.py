@@ -1,0 +1,214 @@
+"""One broker connection on asyncio, driving :class:`pulsarwire.protocol.connection.ClientProtocol`.
+
+The connection writes whatever the protocol queued, feeds it what the socket
+reads, ticks its keepalive, answers AUTH_CHALLENGE with a fresh credential,
+completes request futures and hands producer/consumer events to the handler
+registered for their id. When the connection ends, every outstanding request
+fails with ConnectionClosedError and every handler hears ``connection_closed``
+so it can reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Protocol
+
+from pulsarwire.errors import ConnectError, ConnectionClosedError, OperationTimeoutError, PulsarWireError
+from pulsarwire.proto import pb
+from pulsarwire.protocol.connection import (
+    ActiveConsumerChange,
+    AuthChallenge,
+    ClientProtocol,
+    Connected,
+    ConnectionClosed,
+    ConsumerClosedByBroker,
+    CorruptMessage,
+    EndOfTopic,
+    Event,
+    MessageReceived,
+    ProducerClosedByBroker,
+    Response,
+    SendError,
+    SendReceipt,
+    TopicListUpdate,
+)
+
+log = logging.getLogger("pulsarwire.connection")
+
+
+class Handler(Protocol):
+    """A producer or consumer attached to a connection."""
+
+    def on_event(self, event: Event) -> None: ...
+
+    def connection_closed(self, connection: Connection) -> None: ...
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, url: str, protocol: ClientProtocol, auth: Any = None) -> None:
+        self.url = url
+        self.proto = protocol
+        self.auth = auth
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.ready: asyncio.Future[Connected] = self.loop.create_future()
+        self.closed_future: asyncio.Future[None] = self.loop.create_future()
+        self.requests: dict[int, asyncio.Future[Response]] = {}
+        self.producers: dict[int, Handler] = {}
+        self.consumers: dict[int, Handler] = {}
+        self.watchers: dict[int, Handler] = {}
+        self._keepalive: asyncio.TimerHandle | None = None
+        self.close_error: Exception | None = None
+
+    @property
+    def is_closed(self) -> bool:
+        return self.closed_future.done()
+
+    @property
+    def max_message_size(self) -> int:
+        return self.proto.max_message_size
+
+    # -- asyncio.Protocol ----------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.proto.connect(time.monotonic())
+        self._flush()
+        self._schedule_keepalive()
+
+    def data_received(self, data: bytes) -> None:
+        self.proto.receive_data(data, time.monotonic())
+        self._drain()
+
+    def eof_received(self) -> bool | None:
+        self.proto.receive_data(b"", time.monotonic())
+        self._drain()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._finish(exc or ConnectionClosedError(f"connection to {self.url} closed"))
+
+    # -- driving the protocol ------------------------------------------------------
+    def _flush(self) -> None:
+        data = self.proto.data_to_send()
+        if data and self.transport is not None:
+            self.transport.write(data)
+
+    def _schedule_keepalive(self) -> None:
+        interval = max(self.proto.keepalive_interval / 4, 0.05)
+        self._keepalive = self.loop.call_later(interval, self._tick)
+
+    def _tick(self) -> None:
+        self.proto.tick(time.monotonic())
+        self._drain()
+        if not self.is_closed:
+            self._schedule_keepalive()
+
+    def _drain(self) -> None:
+        while (event := self.proto.next_event()) is not None:
+            self._dispatch(event)
+        self._flush()
+
+    def _dispatch(self, event: Event) -> None:
+        if isinstance(event, Response):
+            fut = self.requests.pop(event.request_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(event)
+        elif isinstance(event, SendReceipt | SendError | ProducerClosedByBroker):
+            handler = self.producers.get(event.producer_id)
+            if handler is not None:
+                handler.on_event(event)
+            else:
+                log.warning(
+                    "%s: %s for unknown producer %s", self.url, type(event).__name__, event.producer_id
+                )
+        elif isinstance(
+            event,
+            MessageReceived | CorruptMessage | ConsumerClosedByBroker | ActiveConsumerChange | EndOfTopic,
+        ):
+            consumer = self.consumers.get(event.consumer_id)
+            if consumer is not None:
+                consumer.on_event(event)
+            else:
+                log.debug("%s: %s for unknown consumer %s", self.url, type(event).__name__, event.consumer_id)
+        elif isinstance(event, TopicListUpdate):
+            watcher = self.watchers.get(event.watcher_id)
+            if watcher is not None:
+                watcher.on_event(event)
+        elif isinstance(event, AuthChallenge):
+            self._answer_challenge()
+        elif isinstance(event, Connected):
+            if not self.ready.done():
+                self.ready.set_result(event)
+        elif isinstance(event, ConnectionClosed):
+            self.close_error = event.error
+            log.info("%s: %s", self.url, event.reason)
+            if self.transport is not None:
+                self.transport.close()
+            self._finish(event.error or ConnectionClosedError(event.reason))
+
+    def _answer_challenge(self) -> None:
+        if self.auth is None:
+            return
+        try:
+            data = self.auth.auth_data()
+        except PulsarWireError as exc:
+            log.warning("%s: cannot refresh credentials: %s", self.url, exc)
+            return
+        self.proto.answer_auth_challenge(self.auth.method, data)
+
+    def _finish(self, exc: Exception) -> None:
+        if self.closed_future.done():
+            return
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        self.proto.close()
+        if not self.ready.done():
+            self.ready.set_exception(exc if isinstance(exc, PulsarWireError) else ConnectError(str(exc)))
+            self.ready.exception()  # mark retrieved; the caller awaiting it still sees it
+        for fut in self.requests.values():
+            if not fut.done():
+                fut.set_exception(ConnectionClosedError(f"connection to {self.url} closed: {exc}"))
+        self.requests.clear()
+        self.closed_future.set_result(None)
+        for handler in [*self.producers.values(), *self.consumers.values(), *self.watchers.values()]:
+            handler.connection_closed(self)
+        self.producers.clear()
+        self.consumers.clear()
+        self.watchers.clear()
+
+    # -- API for producers/consumers -------------------------------------------------
+    async def request(self, cmd: pb.BaseCommand, timeout: float) -> Response:
+        """Send a request and wait for its response (ERROR responses are returned, not raised)."""
+        if self.is_closed:
+            raise ConnectionClosedError(f"connection to {self.url} is closed")
+        rid = self.proto.send_request(cmd)
+        fut: asyncio.Future[Response] = self.loop.create_future()
+        self.requests[rid] = fut
+        self._flush()
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            self.requests.pop(rid, None)
+            self.proto.cancel_request(rid)
+            raise OperationTimeoutError(
+                f"no answer to {pb.BaseCommand.Type.Name(cmd.type)} from {self.url} in {timeout:.1f} s"
+            ) from None
+
+    def send(self, cmd: pb.BaseCommand) -> None:
+        if self.is_closed:
+            raise ConnectionClosedError(f"connection to {self.url} is closed")
+        self.proto.send_command(cmd)
+        self._flush()
+
+    def send_message(self, cmd: pb.BaseCommand, metadata: pb.MessageMetadata | bytes, payload: bytes) -> None:
+        if self.is_closed:
+            raise ConnectionClosedError(f"connection to {self.url} is closed")
+        self.proto.send_message(cmd, metadata, payload)
+        self._flush()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()

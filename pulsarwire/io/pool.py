@@ -1,0 +1,136 @@
+"""Connection pool: one connection per broker address, shared by every producer and consumer.
+
+``await pool.get(url)`` returns a ready connection to ``url`` (``pulsar://host:port``
+or ``pulsar+ssl://host:port``), opening it on first use and again after it
+closed. Concurrent callers share one attempt. TLS uses the configured CA file
+and checks the broker's host name unless ``tls_validate_hostname`` is False.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from pulsarwire.errors import ConnectError, PulsarWireError
+from pulsarwire.protocol.connection import ClientProtocol
+
+from .connection import Connection
+
+
+@dataclass(frozen=True, slots=True)
+class TlsOptions:
+    trust_certs_file: str | None = None
+    validate_hostname: bool = True
+    allow_insecure: bool = False
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=self.trust_certs_file)
+        if self.allow_insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif not self.validate_hostname:
+            ctx.check_hostname = False
+        if self.cert_file:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+
+def parse_broker_url(url: str) -> tuple[bool, str, int]:
+    """(tls, host, port) of ``pulsar://host:port`` / ``pulsar+ssl://host:port``; raises ValueError."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("pulsar", "pulsar+ssl"):
+        raise ValueError(f"not a pulsar:// or pulsar+ssl:// URL: {url!r}")
+    tls = parts.scheme == "pulsar+ssl"
+    if not parts.hostname:
+        raise ValueError(f"no host in {url!r}")
+    return tls, parts.hostname, parts.port or (6651 if tls else 6650)
+
+
+class ConnectionPool:
+    def __init__(
+        self,
+        *,
+        client_version: str,
+        auth: Any = None,
+        tls: TlsOptions | None = None,
+        keepalive_interval: float = 30.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.client_version = client_version
+        self.auth = auth
+        self.tls = tls or TlsOptions()
+        self.keepalive_interval = keepalive_interval
+        self.connect_timeout = connect_timeout
+        self._connections: dict[str, Connection] = {}
+        self._pending: dict[str, asyncio.Future[Connection]] = {}
+        self._ssl: ssl.SSLContext | None = None
+
+    async def get(self, url: str) -> Connection:
+        conn = self._connections.get(url)
+        if conn is not None and not conn.is_closed:
+            return conn
+        pending = self._pending.get(url)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        self._pending[url] = fut
+        try:
+            conn = await self._open(url)
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()
+            raise
+        finally:
+            self._pending.pop(url, None)
+        self._connections[url] = conn
+        fut.set_result(conn)
+        return conn
+
+    async def _open(self, url: str) -> Connection:
+        tls, host, port = parse_broker_url(url)
+        method = self.auth.method if self.auth is not None else None
+        data = self.auth.auth_data() if self.auth is not None else None
+        proto = ClientProtocol(
+            client_version=self.client_version,
+            auth_method=method,
+            auth_data=data,
+            keepalive_interval=self.keepalive_interval,
+        )
+        loop = asyncio.get_running_loop()
+        ssl_ctx = None
+        if tls:
+            if self._ssl is None:
+                self._ssl = self.tls.context()
+            ssl_ctx = self._ssl
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: Connection(url, proto, self.auth),
+                    host,
+                    port,
+                    ssl=ssl_ctx,
+                    server_hostname=host if tls else None,
+                ),
+                self.connect_timeout,
+            )
+            await asyncio.wait_for(asyncio.shield(conn.ready), self.connect_timeout)
+        except PulsarWireError:
+            raise
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            raise ConnectError(f"cannot connect to {url}: {exc}") from exc
+        return conn
+
+    async def close(self) -> None:
+        conns = list(self._connections.values())
+        self._connections.clear()
+        for c in conns:
+            c.close()
+        for c in conns:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(c.closed_future), 5)
