@@ -1,0 +1,165 @@
+"""Client authentication providers: what goes into CONNECT and AUTH_RESPONSE.
+
+An :class:`Authentication` has a ``method`` (CONNECT's ``auth_method_name``)
+and :meth:`~Authentication.auth_data`, which the connection calls on every
+connect and on every AUTH_CHALLENGE, so a credential that changes (a token
+supplier, a token file rewritten by a sidecar) is read afresh each time.
+
+:class:`AuthenticationToken` takes a token in one of the official clients'
+forms: a plain string, ``"token:<jwt>"``, ``"file:<path or file URI>"``, a
+callable returning the token, or ``path=``. Tokens are stripped of surrounding
+whitespace (as the Java client does for files); an absent, unreadable or empty
+token raises :class:`~pulsarwire.errors.AuthenticationError` whose message names
+the source but never contains the token. :class:`AuthenticationNone` sends no
+credential.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar, Protocol, runtime_checkable
+from urllib.parse import unquote, urlsplit
+
+from pulsarwire.errors import AuthenticationError
+
+TOKEN_PREFIX = "token:"
+FILE_PREFIX = "file:"
+
+
+@runtime_checkable
+class Authentication(Protocol):
+    """A client credential provider."""
+
+    @property
+    def method(self) -> str:
+        """The ``auth_method_name`` sent in CONNECT and AUTH_RESPONSE."""
+        ...
+
+    def auth_data(self) -> bytes:
+        """The credential bytes, read afresh on every call. Raises AuthenticationError."""
+        ...
+
+
+class AuthenticationNone:
+    """No authentication: method ``"none"`` and empty data."""
+
+    __slots__ = ()
+    method: ClassVar[str] = "none"
+
+    def auth_data(self) -> bytes:
+        return b""
+
+    def __repr__(self) -> str:
+        return "AuthenticationNone()"
+
+
+def _file_path(spec: str) -> Path:
+    """The path of a ``file:`` spec: ``file:/abs``, ``file:///abs``, ``file:rel`` or ``file://localhost/abs``."""
+    parts = urlsplit(spec)
+    if parts.netloc not in ("", "localhost"):
+        raise ValueError(f"token file URI must name a local file, got host {parts.netloc!r}")
+    path = unquote(parts.path)
+    if not path:
+        raise ValueError("token file URI has no path")
+    return Path(path)
+
+
+class AuthenticationToken:
+    """Token authentication (method ``"token"``).
+
+    ``token`` is the token itself, ``"token:<token>"``, ``"file:<path>"`` (a
+    file read on every :meth:`auth_data` call), or a callable called on every
+    call; alternatively ``path=`` names the file. Give exactly one source.
+
+    Raises AuthenticationError when no token source is given (e.g. an unset
+    environment variable passed through), ValueError when both are given.
+    """
+
+    __slots__ = ("_path", "_static", "_supplier")
+    method: ClassVar[str] = "token"
+
+    def __init__(
+        self,
+        token: str | Callable[[], str] | None = None,
+        *,
+        path: str | Path | None = None,
+    ) -> None:
+        if token is not None and path is not None:
+            raise ValueError("give either token or path, not both")
+        self._static: str | None = None
+        self._supplier: Callable[[], str] | None = None
+        self._path: Path | None = None
+        if path is not None:
+            self._path = Path(path)
+        elif token is None:
+            raise AuthenticationError("no token configured: pass a token, a token supplier or path=")
+        elif isinstance(token, str):
+            if token.startswith(TOKEN_PREFIX):
+                self._static = token[len(TOKEN_PREFIX) :]
+            elif token.startswith(FILE_PREFIX):
+                self._path = _file_path(token)
+            else:
+                self._static = token
+        elif callable(token):
+            self._supplier = token
+        else:
+            raise TypeError(f"token must be a str or a callable, got {type(token).__name__}")
+        if self._static is not None and not self._static.strip():
+            raise AuthenticationError("the configured token is empty")
+
+    @property
+    def path(self) -> Path | None:
+        """The token file, when the token is read from one."""
+        return self._path
+
+    def token(self) -> str:
+        """The current token, stripped of surrounding whitespace.
+
+        Raises AuthenticationError when the file cannot be read or decoded,
+        the supplier fails or returns a non-string, or the token is empty.
+        """
+        if self._static is not None:
+            return self._static.strip()
+        if self._path is not None:
+            return self._read_file(self._path)
+        assert self._supplier is not None
+        try:
+            value = self._supplier()
+        except AuthenticationError:
+            raise
+        except Exception as exc:
+            raise AuthenticationError(f"the token supplier raised {type(exc).__name__}") from exc
+        if not isinstance(value, str):
+            raise AuthenticationError(f"the token supplier returned {type(value).__name__}, expected str")
+        value = value.strip()
+        if not value:
+            raise AuthenticationError("the token supplier returned an empty token")
+        return value
+
+    @staticmethod
+    def _read_file(path: Path) -> str:
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise AuthenticationError(f"cannot read token file {str(path)!r}: {reason}") from exc
+        try:
+            value = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            # from None: the decode error would quote bytes of the token
+            raise AuthenticationError(f"token file {str(path)!r} is not UTF-8") from None
+        if not value:
+            raise AuthenticationError(f"token file {str(path)!r} is empty")
+        return value
+
+    def auth_data(self) -> bytes:
+        """The current token as UTF-8 bytes. Raises AuthenticationError (see :meth:`token`)."""
+        return self.token().encode("utf-8")
+
+    def __repr__(self) -> str:
+        if self._path is not None:
+            return f"AuthenticationToken(path={str(self._path)!r})"
+        if self._supplier is not None:
+            return "AuthenticationToken(<supplier>)"
+        return "AuthenticationToken(<static token>)"

@@ -1,0 +1,157 @@
+"""The blocking API, named like the official Python client, on a background event loop.
+
+Each :class:`Client` owns one daemon thread running an asyncio loop with the
+:class:`~pulsarwire.client.core.AsyncClient`; blocking calls submit coroutines
+to it and wait. Nothing of the caller's event loop is assumed, so it works in
+scripts and in Spark Python workers. Clients still open at interpreter exit
+are closed (pending messages flushed) by an ``atexit`` hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import threading
+import time
+import weakref
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from pulsarwire.codec.message_id import MessageId
+from pulsarwire.proto import pb
+
+from .core import AsyncClient
+from .producer import Producer as AsyncProducer
+from .routing import HashingScheme, RoutingMode
+
+R = TypeVar("R")
+
+
+class CompressionType:
+    NONE = pb.NONE
+    LZ4 = pb.LZ4
+    ZLib = pb.ZLIB
+    ZLIB = pb.ZLIB
+    ZSTD = pb.ZSTD
+    SNAPPY = pb.SNAPPY
+
+
+_open_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for client in list(_open_clients):
+        with contextlib.suppress(Exception):  # interpreter exit: nothing useful left to do with an error
+            client.close()
+
+
+class Client:
+    """``Client("pulsar://localhost:6650", authentication=AuthenticationToken(...), ...)``."""
+
+    def __init__(self, service_url: str, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="pulsarwire-client", daemon=True)
+        self._thread.start()
+        self._core = self._run(self._make(service_url, options))
+        self._closed = False
+        _open_clients.add(self)
+
+    @staticmethod
+    async def _make(service_url: str, options: dict[str, Any]) -> AsyncClient:
+        return AsyncClient(service_url, **options)
+
+    def _run(self, coro: Coroutine[Any, Any, R], timeout: float | None = None) -> R:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def create_producer(
+        self,
+        topic: str,
+        producer_name: str | None = None,
+        *,
+        hashing_scheme: HashingScheme = HashingScheme.JavaStringHash,
+        message_routing_mode: RoutingMode = RoutingMode.RoundRobinPartition,
+        message_router: Callable[[str | None, int], int] | None = None,
+        **config: Any,
+    ) -> Producer:
+        core = self._run(
+            self._core.create_producer(
+                topic,
+                producer_name=producer_name,
+                hashing_scheme=hashing_scheme,
+                message_routing_mode=message_routing_mode,
+                message_router=message_router,
+                **config,
+            )
+        )
+        return Producer(self, core)
+
+    def get_topic_partitions(self, topic: str) -> list[str]:
+        return self._run(self._core.get_topic_partitions(topic))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        _open_clients.discard(self)
+        try:
+            self._run(self._core.close(), timeout=60)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+
+class Producer:
+    def __init__(self, client: Client, core: AsyncProducer) -> None:
+        self._client = client
+        self._core = core
+
+    def topic(self) -> str:
+        return self._core.topic
+
+    def producer_name(self) -> str:
+        return self._core.producer_name
+
+    def last_sequence_id(self) -> int:
+        return self._core.last_sequence_id()
+
+    def send(self, content: bytes, **kw: Any) -> MessageId:
+        """Send and wait for the receipt; raises the send's error."""
+        return self._client._run(self._core.send(content, **_send_args(kw)))
+
+    def send_async(
+        self,
+        content: bytes,
+        callback: Callable[[BaseException | None, MessageId | None], None] | None,
+        **kw: Any,
+    ) -> None:
+        """Queue a message; ``callback(error, message_id)`` runs on the client's loop thread."""
+
+        async def go() -> None:
+            fut = await self._core.send_async(content, **_send_args(kw))
+            if callback is not None:
+                fut.add_done_callback(
+                    lambda f: callback(f.exception(), None) if f.exception() else callback(None, f.result())
+                )
+
+        self._client._run(go())
+
+    def flush(self) -> None:
+        self._client._run(self._core.flush())
+
+    def close(self) -> None:
+        self._client._run(self._core.close())
+
+
+def _send_args(kw: dict[str, Any]) -> dict[str, Any]:
+    """Map the official client's keyword names onto ours."""
+    out = dict(kw)
+    if "deliver_after" in out:
+        after = out.pop("deliver_after")
+        if after is not None:
+            ms = int(after.total_seconds() * 1000) if hasattr(after, "total_seconds") else int(after)
+            out["deliver_at"] = int(time.time() * 1000) + ms
+    if isinstance(out.get("ordering_key"), str):
+        out["ordering_key"] = out["ordering_key"].encode()
+    return out

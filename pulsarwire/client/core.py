@@ -1,0 +1,222 @@
+"""The asyncio client: service URLs, lookup with redirects, partitioned metadata, producers.
+
+:class:`AsyncClient` is the core every API sits on (the blocking facade in
+:mod:`pulsarwire.client.blocking` runs it on a background loop). It keeps one
+:class:`~pulsarwire.io.pool.ConnectionPool`; lookups go to a service URL
+(round-robin over ``pulsar://host1:port,host2:port``) and follow Redirect
+answers for at most ``MAX_REDIRECTS`` hops, echoing ``authoritative``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+from typing import Any
+from urllib.parse import urlsplit
+
+from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE, new_command
+from pulsarwire.errors import (
+    AlreadyClosedError,
+    ClientError,
+    PulsarWireError,
+    TooManyRedirectsError,
+    server_error,
+)
+from pulsarwire.io.connection import Connection
+from pulsarwire.io.pool import ConnectionPool, TlsOptions
+from pulsarwire.proto import pb
+
+from .producer import PartitionProducer, Producer, ProducerConfig
+from .retry import Backoff, Decision, RetryPolicy, decide
+from .routing import HashingScheme, Router, RoutingMode
+
+log = logging.getLogger("pulsarwire.client")
+T = pb.BaseCommand
+MAX_REDIRECTS = 20
+CLIENT_VERSION = "pulsarwire-0.1.0"
+
+
+def parse_service_url(url: str) -> list[str]:
+    """``pulsar://h1:p1,h2:p2`` → ``["pulsar://h1:p1", "pulsar://h2:p2"]``; raises ValueError."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("pulsar", "pulsar+ssl"):
+        raise ValueError(f"service URL must start with pulsar:// or pulsar+ssl://, got {url!r}")
+    hosts = parts.netloc.split(",")
+    if not all(hosts):
+        raise ValueError(f"empty host in service URL {url!r}")
+    default_port = 6651 if parts.scheme == "pulsar+ssl" else 6650
+    return [f"{parts.scheme}://{h if ':' in h else f'{h}:{default_port}'}" for h in hosts]
+
+
+def topic_name(topic: str) -> str:
+    if "://" in topic:
+        return topic
+    parts = topic.split("/")
+    return f"persistent://public/default/{topic}" if len(parts) == 1 else f"persistent://{topic}"
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        service_url: str,
+        *,
+        authentication: Any = None,
+        operation_timeout_seconds: float = 30.0,
+        connection_timeout_seconds: float = 10.0,
+        keepalive_interval_seconds: float = 30.0,
+        tls_trust_certs_file_path: str | None = None,
+        tls_validate_hostname: bool = True,
+        tls_allow_insecure_connection: bool = False,
+        tls_certificate_file_path: str | None = None,
+        tls_private_key_file_path: str | None = None,
+        retry_policy: RetryPolicy | None = None,
+    ) -> None:
+        self.service_urls = parse_service_url(service_url)
+        self.use_tls = self.service_urls[0].startswith("pulsar+ssl")
+        self._next_service = itertools.cycle(random.sample(self.service_urls, len(self.service_urls)))
+        self.operation_timeout = operation_timeout_seconds
+        self.retry = retry_policy or RetryPolicy(operation_timeout=operation_timeout_seconds)
+        self.auth = authentication
+        self.pool = ConnectionPool(
+            client_version=CLIENT_VERSION,
+            auth=authentication,
+            tls=TlsOptions(
+                trust_certs_file=tls_trust_certs_file_path,
+                validate_hostname=tls_validate_hostname,
+                allow_insecure=tls_allow_insecure_connection,
+                cert_file=tls_certificate_file_path,
+                key_file=tls_private_key_file_path,
+            ),
+            keepalive_interval=keepalive_interval_seconds,
+            connect_timeout=connection_timeout_seconds,
+        )
+        self.default_max_message_size = DEFAULT_MAX_MESSAGE_SIZE
+        self._producers: list[Producer] = []
+        self._closed = False
+
+    # -- retries -------------------------------------------------------------------
+    async def _with_retries(self, what: str, op: Any) -> Any:
+        """Run ``op()`` until it succeeds, fails for good, or the operation timeout passes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.operation_timeout
+        backoff = Backoff(self.retry)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await op()
+            except PulsarWireError as exc:
+                if decide(exc, attempt, self.retry) is Decision.FAIL:
+                    raise
+                delay = backoff.next_delay(loop.time(), deadline)
+                if delay is None:
+                    raise
+                log.info("%s failed (%s); retrying in %.2f s", what, exc, delay)
+                await asyncio.sleep(delay)
+
+    # -- lookup --------------------------------------------------------------------
+    async def _service_connection(self) -> Connection:
+        return await self.pool.get(next(self._next_service))
+
+    async def lookup(self, topic: str) -> str:
+        """The broker URL serving ``topic`` (Redirects followed, at most MAX_REDIRECTS hops)."""
+        topic = topic_name(topic)
+
+        async def attempt() -> str:
+            conn = await self._service_connection()
+            authoritative = False
+            for _hop in range(MAX_REDIRECTS):
+                cmd, lk = new_command(T.LOOKUP)
+                lk.topic = topic
+                lk.authoritative = authoritative
+                resp = await conn.request(cmd, self.operation_timeout)
+                if resp.is_error:
+                    raise resp.error()
+                r = resp.command.lookupTopicResponse
+                if r.response == pb.CommandLookupTopicResponse.Failed:
+                    raise server_error(int(r.error), r.message or f"lookup of {topic} failed")
+                url = r.brokerServiceUrlTls if self.use_tls and r.brokerServiceUrlTls else r.brokerServiceUrl
+                if r.response == pb.CommandLookupTopicResponse.Connect:
+                    if r.proxy_through_service_url:
+                        return conn.url
+                    return url
+                authoritative = r.authoritative
+                conn = await self.pool.get(url)
+            raise TooManyRedirectsError(f"lookup of {topic} redirected more than {MAX_REDIRECTS} times")
+
+        return str(await self._with_retries(f"lookup {topic}", attempt))
+
+    async def connection_for(self, topic: str) -> Connection:
+        url = await self.lookup(topic)
+        return await self.pool.get(url)
+
+    async def get_partitioned_metadata(self, topic: str) -> int:
+        topic = topic_name(topic)
+
+        async def attempt() -> int:
+            conn = await self._service_connection()
+            cmd, pm = new_command(T.PARTITIONED_METADATA)
+            pm.topic = topic
+            resp = await conn.request(cmd, self.operation_timeout)
+            if resp.is_error:
+                raise resp.error()
+            r = resp.command.partitionMetadataResponse
+            if r.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
+                raise server_error(int(r.error), r.message)
+            return int(r.partitions)
+
+        return int(await self._with_retries(f"partitioned metadata of {topic}", attempt))
+
+    async def get_topic_partitions(self, topic: str) -> list[str]:
+        topic = topic_name(topic)
+        n = await self.get_partitioned_metadata(topic)
+        return [f"{topic}-partition-{i}" for i in range(n)] if n else [topic]
+
+    # -- producers -----------------------------------------------------------------
+    async def create_producer(
+        self,
+        topic: str,
+        *,
+        hashing_scheme: HashingScheme = HashingScheme.JavaStringHash,
+        message_routing_mode: RoutingMode = RoutingMode.RoundRobinPartition,
+        message_router: Any = None,
+        **config: Any,
+    ) -> Producer:
+        if self._closed:
+            raise AlreadyClosedError("client is closed")
+        topic = topic_name(topic)
+        cfg = ProducerConfig(**config)
+        if cfg.batching_enabled and cfg.chunking_enabled:
+            raise ClientError("batching and chunking cannot be enabled together")
+        n = await self.get_partitioned_metadata(topic)
+        names = [f"{topic}-partition-{i}" for i in range(n)] if n else [topic]
+        parts = [PartitionProducer(self, name, i if n else -1, cfg) for i, name in enumerate(names)]
+        try:
+            await asyncio.gather(
+                *(self._with_retries(f"create producer on {p.topic}", p.start) for p in parts)
+            )
+        except BaseException:
+            await asyncio.gather(*(p.close() for p in parts), return_exceptions=True)
+            raise
+        router = Router(
+            message_routing_mode,
+            hashing_scheme,
+            batching_enabled=cfg.batching_enabled,
+            batching_max_publish_delay_ms=cfg.batching_max_publish_delay_ms,
+            custom=message_router,
+        )
+        loop = asyncio.get_running_loop()
+        producer = Producer(
+            topic, parts, lambda key, num: router.choose(key, num, now_ms=int(loop.time() * 1000))
+        )
+        self._producers.append(producer)
+        return producer
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.gather(*(p.close() for p in self._producers), return_exceptions=True)
+        await self.pool.close()

@@ -1,0 +1,607 @@
+"""Producers: batching, compression, chunking, pending queue, receipts, reconnect with resend.
+
+:class:`PartitionProducer` produces to one topic (or one partition). Messages
+go through a batch container (by count, bytes and delay) or straight to an
+:class:`OpSend` (one SEND frame), which waits in ``pending`` until its receipt.
+Receipts must arrive in order: the oldest pending op is the only one a receipt
+may complete; an older sequence id is a stale duplicate (ignored), a newer one
+means the broker lost something and the producer reconnects. A receipt for
+-1:-1 is a deduplicated success.
+
+When the connection is lost, the broker closes the producer or a send fails
+with a retriable error, the producer looks the topic up again, re-creates
+itself with the same name and resends every pending op with its original
+sequence ids, in order — with broker deduplication this is exactly-once.
+
+:class:`Producer` fans out over the partitions of a partitioned topic with a
+:class:`pulsarwire.client.routing.Router`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid as uuidlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from pulsarwire.codec.batch import encode_batch
+from pulsarwire.codec.compression import compress
+from pulsarwire.codec.frames import new_command
+from pulsarwire.codec.message_id import MessageId
+from pulsarwire.errors import (
+    AlreadyClosedError,
+    ChecksumError,
+    MessageTooBigError,
+    ProducerQueueIsFullError,
+    PulsarWireError,
+    SendTimeoutError,
+    TopicTerminatedError,
+    UnexpectedReceiptError,
+)
+from pulsarwire.proto import pb
+from pulsarwire.protocol.connection import Event, ProducerClosedByBroker, SendError, SendReceipt
+from pulsarwire.protocol.state import HANDLER_TRANSITIONS, HandlerState, transition
+
+from .retry import Backoff, Decision, decide
+
+if TYPE_CHECKING:
+    from pulsarwire.io.connection import Connection
+
+    from .core import AsyncClient
+
+log = logging.getLogger("pulsarwire.producer")
+T = pb.BaseCommand
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    producer_name: str | None = None
+    batching_enabled: bool = True
+    batching_max_messages: int = 1000
+    batching_max_allowed_size_in_bytes: int = 128 * 1024
+    batching_max_publish_delay_ms: int = 10
+    compression_type: int = pb.NONE
+    send_timeout_millis: int = 30_000
+    max_pending_messages: int = 1000
+    block_if_queue_full: bool = False
+    chunking_enabled: bool = False
+    initial_sequence_id: int | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Message:
+    payload: bytes
+    sequence_id: int
+    future: asyncio.Future[MessageId]
+    properties: dict[str, str] | None
+    partition_key: str | None
+    ordering_key: bytes | None
+    event_time: int | None
+    deliver_at: int | None
+
+
+@dataclass(slots=True)
+class _ChunkContext:
+    uuid: str
+    num_chunks: int
+    first_id: MessageId | None = None
+
+
+@dataclass(slots=True)
+class OpSend:
+    """One SEND frame waiting for its receipt."""
+
+    sequence_id: int
+    highest_sequence_id: int
+    num_messages: int
+    metadata: pb.MessageMetadata
+    payload: bytes
+    futures: list[asyncio.Future[MessageId]]
+    created: float
+    chunk_id: int = -1
+    chunks: _ChunkContext | None = None
+
+    def command(self, producer_id: int) -> pb.BaseCommand:
+        cmd, s = new_command(T.SEND)
+        s.producer_id = producer_id
+        s.sequence_id = self.sequence_id
+        if self.num_messages != 1:
+            s.num_messages = self.num_messages
+        if self.highest_sequence_id != self.sequence_id:
+            s.highest_sequence_id = self.highest_sequence_id
+        if self.chunks is not None:
+            s.is_chunk = True
+        return cmd
+
+
+def _fail(futures: list[asyncio.Future[MessageId]], exc: BaseException) -> None:
+    for f in futures:
+        if not f.done():
+            f.set_exception(exc)
+            f.exception()  # the error is reported to whoever awaits it; don't log "never retrieved"
+
+
+class PartitionProducer:
+    def __init__(self, client: AsyncClient, topic: str, partition: int, config: ProducerConfig) -> None:
+        self.client = client
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.state = HandlerState.UNINITIALIZED
+        self.name: str | None = config.producer_name
+        self.user_named = config.producer_name is not None
+        self.producer_id = 0
+        self.epoch = 0
+        self.connection: Connection | None = None
+        self.pending: deque[OpSend] = deque()
+        self.pending_messages = 0
+        self._batch: list[_Message] = []
+        self._batch_bytes = 0
+        self._batch_timer: asyncio.TimerHandle | None = None
+        self._next_sequence = config.initial_sequence_id + 1 if config.initial_sequence_id is not None else 0
+        self.last_sequence_id_published = (
+            config.initial_sequence_id if config.initial_sequence_id is not None else -1
+        )
+        self._space = asyncio.Condition()
+        self._reconnecting: asyncio.Task[None] | None = None
+        self._timeout_task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+
+    # -- state ---------------------------------------------------------------------
+    def _set(self, new: HandlerState) -> None:
+        self.state = transition(HANDLER_TRANSITIONS, self.state, new, f"producer {self.topic}")
+
+    def _in(self, state: HandlerState) -> bool:
+        """State test that mypy does not narrow (the state changes across awaits)."""
+        return self.state is state
+
+    @property
+    def is_ready(self) -> bool:
+        return self.state is HandlerState.READY and self.connection is not None
+
+    async def start(self) -> None:
+        """Connect for the first time; raises when the producer cannot be created."""
+        self._set(HandlerState.CONNECTING)
+        await self._connect(first=True)
+        self._timeout_task = asyncio.get_running_loop().create_task(self._watch_timeouts())
+
+    async def _connect(self, *, first: bool) -> None:
+        conn = await self.client.connection_for(self.topic)
+        self.producer_id = conn.proto.new_producer_id()
+        cmd, p = new_command(T.PRODUCER)
+        p.topic = self.topic
+        p.producer_id = self.producer_id
+        if self.name:
+            p.producer_name = self.name
+            p.user_provided_producer_name = self.user_named
+        p.epoch = self.epoch
+        for k, v in sorted(self.config.properties.items()):
+            p.metadata.add(key=k, value=v)
+        conn.producers[self.producer_id] = self
+        try:
+            resp = await conn.request(cmd, self.client.operation_timeout)
+        except BaseException:
+            conn.producers.pop(self.producer_id, None)
+            raise
+        if resp.is_error:
+            conn.producers.pop(self.producer_id, None)
+            raise resp.error()
+        ok = resp.command.producer_success
+        self.name = ok.producer_name
+        if first and self.config.initial_sequence_id is None and ok.last_sequence_id >= 0:
+            self._next_sequence = ok.last_sequence_id + 1
+            self.last_sequence_id_published = ok.last_sequence_id
+        self.connection = conn
+        self._set(HandlerState.READY)
+        self._resend_pending()
+
+    def _resend_pending(self) -> None:
+        conn = self.connection
+        if conn is None:
+            return
+        for op in self.pending:
+            conn.send_message(op.command(self.producer_id), op.metadata, op.payload)
+
+    # -- reconnect -----------------------------------------------------------------
+    def connection_closed(self, connection: Connection) -> None:
+        if connection is self.connection:
+            self._lost(f"connection to {connection.url} closed")
+
+    def _lost(self, reason: str) -> None:
+        if self.state not in (HandlerState.READY, HandlerState.CONNECTING):
+            return
+        log.info("producer %s on %s: %s; reconnecting", self.name, self.topic, reason)
+        if self.connection is not None:
+            self.connection.producers.pop(self.producer_id, None)
+        self.connection = None
+        self._set(HandlerState.RECONNECTING)
+        if self._reconnecting is None or self._reconnecting.done():
+            self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect_loop())
+
+    async def _reconnect_loop(self) -> None:
+        backoff = Backoff(self.client.retry)
+        attempt = 0
+        while self.state is HandlerState.RECONNECTING:
+            delay = backoff.next_delay(time.monotonic(), None)
+            await asyncio.sleep(delay if delay is not None else 0)
+            if self.state is not HandlerState.RECONNECTING:
+                return
+            attempt += 1
+            self.epoch += 1
+            self._set(HandlerState.CONNECTING)
+            try:
+                await self._connect(first=False)
+                return
+            except PulsarWireError as exc:
+                decision = decide(exc, attempt, self.client.retry)
+                if not self._in(HandlerState.CONNECTING):  # closed meanwhile
+                    return
+                if decision is Decision.FAIL:
+                    self._give_up(exc)
+                    return
+                log.info("producer %s: reconnect attempt %d failed: %s", self.name, attempt, exc)
+                self._set(HandlerState.RECONNECTING)
+            except OSError as exc:
+                if not self._in(HandlerState.CONNECTING):
+                    return
+                log.info("producer %s: reconnect attempt %d failed: %s", self.name, attempt, exc)
+                self._set(HandlerState.RECONNECTING)
+
+    def _give_up(self, exc: BaseException) -> None:
+        self._error = exc
+        self._set(HandlerState.TERMINATED if isinstance(exc, TopicTerminatedError) else HandlerState.FAILED)
+        self._fail_all(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for op in self.pending:
+            _fail(op.futures, exc)
+        self.pending.clear()
+        for m in self._batch:
+            _fail([m.future], exc)
+        self._batch.clear()
+        self._batch_bytes = 0
+        self.pending_messages = 0
+        self._notify_space()
+
+    # -- events from the connection ------------------------------------------------
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, SendReceipt):
+            self._on_receipt(event)
+        elif isinstance(event, SendError):
+            if isinstance(event.error, ChecksumError):
+                op = self._pop_matching(event.sequence_id)
+                if op is not None:
+                    _fail(op.futures, event.error)
+            elif isinstance(event.error, TopicTerminatedError):
+                self._give_up(event.error)
+            else:
+                self._force_reconnect(f"send error {event.error}")
+        elif isinstance(event, ProducerClosedByBroker):
+            self._lost("closed by the broker")
+
+    def _pop_matching(self, sequence_id: int) -> OpSend | None:
+        for i, op in enumerate(self.pending):
+            if op.sequence_id == sequence_id:
+                del self.pending[i]
+                self.pending_messages -= op.num_messages
+                self._notify_space()
+                return op
+        return None
+
+    def _force_reconnect(self, reason: str) -> None:
+        conn = self.connection
+        self._lost(reason)
+        if conn is not None:
+            conn.close()
+
+    def _on_receipt(self, r: SendReceipt) -> None:
+        if not self.pending:
+            log.warning("producer %s: receipt for %s with nothing pending", self.name, r.sequence_id)
+            return
+        op = self.pending[0]
+        if r.sequence_id < op.sequence_id:
+            log.debug(
+                "producer %s: stale receipt %s (expecting %s)", self.name, r.sequence_id, op.sequence_id
+            )
+            return
+        if r.sequence_id > op.sequence_id:
+            err = UnexpectedReceiptError(
+                f"receipt for {r.sequence_id} while {op.sequence_id} is the oldest pending"
+            )
+            log.warning("producer %s: %s; reconnecting to resend", self.name, err)
+            self._force_reconnect(str(err))
+            return
+        self.pending.popleft()
+        self.pending_messages -= op.num_messages
+        self.last_sequence_id_published = max(self.last_sequence_id_published, op.highest_sequence_id)
+        mid = r.message_id
+        if op.chunks is not None:
+            ctx = op.chunks
+            if op.chunk_id == 0:
+                ctx.first_id = MessageId(mid.ledger_id, mid.entry_id, self.partition)
+            if op.chunk_id == ctx.num_chunks - 1:
+                done = MessageId(
+                    mid.ledger_id, mid.entry_id, self.partition, first_chunk_message_id=ctx.first_id
+                )
+                _complete(op.futures[0], done)
+        elif op.num_messages == 1 and not op.metadata.HasField("num_messages_in_batch"):
+            _complete(op.futures[0], MessageId(mid.ledger_id, mid.entry_id, self.partition))
+        else:
+            n = len(op.futures)
+            for i, f in enumerate(op.futures):
+                _complete(f, MessageId(mid.ledger_id, mid.entry_id, self.partition, i, n))
+        self._notify_space()
+
+    # -- sending -------------------------------------------------------------------
+    def _notify_space(self) -> None:
+        async def notify() -> None:
+            async with self._space:
+                self._space.notify_all()
+
+        asyncio.get_running_loop().create_task(notify())
+
+    async def _reserve(self) -> None:
+        limit = self.config.max_pending_messages
+        if limit <= 0:
+            return
+        if self.pending_messages + len(self._batch) < limit:
+            return
+        if not self.config.block_if_queue_full:
+            raise ProducerQueueIsFullError(f"{limit} messages are pending on {self.topic}")
+        async with self._space:
+            await self._space.wait_for(
+                lambda: self.pending_messages + len(self._batch) < limit or self.state is HandlerState.CLOSED
+            )
+
+    def _check_open(self) -> None:
+        if self.state in (HandlerState.CLOSING, HandlerState.CLOSED):
+            raise AlreadyClosedError(f"producer on {self.topic} is closed")
+        if self._error is not None:
+            raise self._error
+
+    async def send(
+        self,
+        content: bytes,
+        *,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        ordering_key: bytes | None = None,
+        event_timestamp: int | None = None,
+        sequence_id: int | None = None,
+        deliver_at: int | None = None,
+    ) -> asyncio.Future[MessageId]:
+        """Queue one message; returns a future completed by its receipt."""
+        self._check_open()
+        await self._reserve()
+        self._check_open()
+        if sequence_id is None:
+            sequence_id = self._next_sequence
+        self._next_sequence = max(self._next_sequence, sequence_id + 1)
+        fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+        msg = _Message(
+            bytes(content),
+            sequence_id,
+            fut,
+            properties,
+            partition_key,
+            ordering_key,
+            event_timestamp,
+            deliver_at,
+        )
+        cfg = self.config
+        if cfg.batching_enabled and deliver_at is None and not self._too_big(len(msg.payload)):
+            self._batch.append(msg)
+            self._batch_bytes += len(msg.payload)
+            if (
+                len(self._batch) >= cfg.batching_max_messages
+                or self._batch_bytes >= cfg.batching_max_allowed_size_in_bytes
+            ):
+                self.flush_batch()
+            elif self._batch_timer is None:
+                self._batch_timer = asyncio.get_running_loop().call_later(
+                    cfg.batching_max_publish_delay_ms / 1000, self.flush_batch
+                )
+        else:
+            self.flush_batch()
+            self._send_single(msg)
+        return fut
+
+    def _too_big(self, size: int) -> bool:
+        limit = self.connection.max_message_size if self.connection else self.client.default_max_message_size
+        return size > limit
+
+    def _metadata(self, msg: _Message) -> pb.MessageMetadata:
+        md = pb.MessageMetadata(
+            producer_name=self.name or "", sequence_id=msg.sequence_id, publish_time=int(time.time() * 1000)
+        )
+        if msg.properties:
+            for k, v in msg.properties.items():
+                md.properties.add(key=k, value=v)
+        if msg.partition_key is not None:
+            md.partition_key = msg.partition_key
+        if msg.ordering_key is not None:
+            md.ordering_key = msg.ordering_key
+        if msg.event_time:
+            md.event_time = msg.event_time
+        if msg.deliver_at is not None:
+            md.deliver_at_time = msg.deliver_at
+        return md
+
+    def _compressed(self, md: pb.MessageMetadata, raw: bytes) -> bytes:
+        codec = self.config.compression_type
+        if codec == pb.NONE:
+            return raw
+        md.compression = cast(Any, codec)
+        md.uncompressed_size = len(raw)
+        return compress(codec, raw)
+
+    def _send_single(self, msg: _Message) -> None:
+        md = self._metadata(msg)
+        payload = self._compressed(md, msg.payload)
+        limit = self.connection.max_message_size if self.connection else self.client.default_max_message_size
+        if len(payload) > limit:
+            if not self.config.chunking_enabled:
+                _fail([msg.future], MessageTooBigError(f"message of {len(payload)} bytes exceeds {limit}"))
+                return
+            self._send_chunks(msg, md, payload, limit)
+            return
+        self._enqueue(
+            OpSend(msg.sequence_id, msg.sequence_id, 1, md, payload, [msg.future], time.monotonic())
+        )
+
+    def _send_chunks(self, msg: _Message, md: pb.MessageMetadata, payload: bytes, chunk_size: int) -> None:
+        count = (len(payload) + chunk_size - 1) // chunk_size
+        ctx = _ChunkContext(f"{self.name}-{msg.sequence_id}-{uuidlib.uuid4().hex[:8]}", count)
+        for i in range(count):
+            cmd_md = pb.MessageMetadata()
+            cmd_md.CopyFrom(md)
+            cmd_md.uuid = ctx.uuid
+            cmd_md.chunk_id = i
+            cmd_md.num_chunks_from_msg = count
+            cmd_md.total_chunk_msg_size = len(payload)
+            part = payload[i * chunk_size : (i + 1) * chunk_size]
+            futures = [msg.future] if i == count - 1 else []
+            op = OpSend(msg.sequence_id, msg.sequence_id, 1, cmd_md, part, futures, time.monotonic(), i, ctx)
+            self._enqueue(op)
+
+    def flush_batch(self) -> None:
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+            self._batch_timer = None
+        batch, self._batch = self._batch, []
+        self._batch_bytes = 0
+        if not batch:
+            return
+        first = batch[0]
+        md = self._metadata(first)
+        md.ClearField("properties")
+        md.ClearField("event_time")
+        md.num_messages_in_batch = len(batch)
+        if batch[-1].sequence_id != first.sequence_id:
+            md.highest_sequence_id = batch[-1].sequence_id
+        entries = []
+        for m in batch:
+            smm = pb.SingleMessageMetadata(sequence_id=m.sequence_id)
+            if m.properties:
+                for k, v in m.properties.items():
+                    smm.properties.add(key=k, value=v)
+            if m.partition_key is not None:
+                smm.partition_key = m.partition_key
+            if m.ordering_key is not None:
+                smm.ordering_key = m.ordering_key
+            if m.event_time:
+                smm.event_time = m.event_time
+            entries.append((smm, m.payload))
+        payload = self._compressed(md, encode_batch(entries))
+        op = OpSend(
+            first.sequence_id,
+            batch[-1].sequence_id,
+            len(batch),
+            md,
+            payload,
+            [m.future for m in batch],
+            time.monotonic(),
+        )
+        self._enqueue(op)
+
+    def _enqueue(self, op: OpSend) -> None:
+        self.pending.append(op)
+        self.pending_messages += op.num_messages
+        if self.is_ready:
+            assert self.connection is not None
+            try:
+                self.connection.send_message(op.command(self.producer_id), op.metadata, op.payload)
+            except PulsarWireError as exc:
+                log.info("producer %s: send deferred until reconnect: %s", self.name, exc)
+
+    # -- timeouts, flush, close -----------------------------------------------------
+    async def _watch_timeouts(self) -> None:
+        timeout = self.config.send_timeout_millis / 1000
+        if timeout <= 0:
+            return
+        while self.state not in (HandlerState.CLOSED, HandlerState.FAILED, HandlerState.TERMINATED):
+            await asyncio.sleep(min(timeout / 4, 0.1))
+            now = time.monotonic()
+            while self.pending and now - self.pending[0].created >= timeout:
+                op = self.pending.popleft()
+                self.pending_messages -= op.num_messages
+                _fail(op.futures, SendTimeoutError(f"no receipt within {timeout:.1f} s for {op.sequence_id}"))
+                self._notify_space()
+
+    async def flush(self) -> None:
+        """Send the current batch and wait until every message sent so far has its receipt (or failed)."""
+        self.flush_batch()
+        futures = [f for op in self.pending for f in op.futures]
+        if futures:
+            await asyncio.gather(*futures, return_exceptions=True)
+
+    async def close(self) -> None:
+        if self.state in (HandlerState.CLOSED, HandlerState.CLOSING):
+            return
+        if self.state is HandlerState.READY:
+            await self.flush()
+        prior = self.state
+        self._set(HandlerState.CLOSING)
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
+        conn = self.connection
+        if conn is not None and not conn.is_closed and prior is HandlerState.READY:
+            cmd, c = new_command(T.CLOSE_PRODUCER)
+            c.producer_id = self.producer_id
+            try:
+                await conn.request(cmd, self.client.operation_timeout)
+            except PulsarWireError as exc:
+                log.debug("producer %s: close: %s", self.name, exc)
+            conn.producers.pop(self.producer_id, None)
+        self._set(HandlerState.CLOSED)
+        self._fail_all(AlreadyClosedError(f"producer on {self.topic} closed"))
+        if self._timeout_task is not None:
+            self._timeout_task.cancel()
+
+
+def _complete(fut: asyncio.Future[MessageId], mid: MessageId) -> None:
+    if not fut.done():
+        fut.set_result(mid)
+
+
+class Producer:
+    """A producer on a topic; for a partitioned topic, one PartitionProducer per partition behind a router."""
+
+    def __init__(
+        self,
+        topic: str,
+        partitions: list[PartitionProducer],
+        router: Callable[[str | None, int], int],
+    ) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self._route = router
+
+    @property
+    def producer_name(self) -> str:
+        return self.partitions[0].name or ""
+
+    def last_sequence_id(self) -> int:
+        return max(p.last_sequence_id_published for p in self.partitions)
+
+    async def send_async(self, content: bytes, **kw: Any) -> asyncio.Future[MessageId]:
+        if len(self.partitions) == 1:
+            return await self.partitions[0].send(content, **kw)
+        # As the Java client: the message key (partition_key) decides; no key → the router's choice.
+        index = self._route(kw.get("partition_key"), len(self.partitions))
+        return await self.partitions[index].send(content, **kw)
+
+    async def send(self, content: bytes, **kw: Any) -> MessageId:
+        fut = await self.send_async(content, **kw)
+        return await fut
+
+    async def flush(self) -> None:
+        await asyncio.gather(*(p.flush() for p in self.partitions))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(p.close() for p in self.partitions))
