@@ -792,7 +792,13 @@ class ServerConnection(asyncio.Protocol):
             log.info("fault: dropping send %s of %s and the connection", req.sequence_id, ref.name)
             self.abort()
             return
+        if ref.fenced:
+            self._send_error(
+                req.producer_id, req.sequence_id, E.PersistenceError, "producer fenced after a failed write"
+            )
+            return
         if faults.take("fail_receipts"):
+            ref.fenced = True
             self._send_error(req.producer_id, req.sequence_id, faults.fail_code, "injected failure")
             return
         md = payload.metadata

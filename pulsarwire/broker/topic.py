@@ -20,6 +20,9 @@ class ProducerRef:
     name: str
     topic: Topic
     owner: Any  # the ServerConnection
+    #: set after a failed write: later sends are refused until the producer is re-created, so the
+    #: stored sequence never has a gap that deduplication would hide (Pulsar fences the same way)
+    fenced: bool = False
 
 
 @dataclass

@@ -124,9 +124,9 @@ class Router:
         self._custom = custom
         self._random = rng if rng is not None else random.Random()
         self.batching_enabled = batching_enabled
-        #: Keyless messages stay on one partition for this many ms (batching only).
         # In microseconds first, as the Java client computes it, so 0.3 ms * 10 is 3 ms, not 2.
         delay_us = round(batching_max_publish_delay_ms * 1000)
+        #: Keyless messages stay on one partition for this many ms (batching only).
         self.partition_switch_ms = max(1, partition_switch_frequency * delay_us // 1000)
         self._start: int | None = None  # the random start/single partition, drawn on first use
         self._counter = 0  # round robin without batching

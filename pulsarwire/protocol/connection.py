@@ -23,6 +23,8 @@ import itertools
 from collections import deque
 from dataclasses import dataclass
 
+from google.protobuf.message import EncodeError
+
 from pulsarwire.codec.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,
     Frame,
@@ -34,7 +36,7 @@ from pulsarwire.codec.frames import (
     sub_command,
 )
 from pulsarwire.codec.message_id import MessageId
-from pulsarwire.errors import LocalProtocolError, RemoteProtocolError, server_error
+from pulsarwire.errors import LocalProtocolError, RemoteProtocolError, TruncatedFrameError, server_error
 from pulsarwire.proto import PROTOCOL_VERSION, pb
 
 from .state import CONNECTION_TRANSITIONS, ConnectionState, transition
@@ -278,15 +280,26 @@ class ClientProtocol:
     def send_command(self, cmd: pb.BaseCommand) -> None:
         """Queue a command that expects no response (FLOW, ACK without receipt, REDELIVER, ...)."""
         self._require_ready()
-        self._out += encode_command(cmd)
+        try:
+            data = encode_command(cmd)
+        except EncodeError as exc:
+            raise LocalProtocolError(f"cannot send {T.Type.Name(cmd.type)}: {exc}") from None
+        self._out += data
 
     def send_request(self, cmd: pb.BaseCommand) -> int:
         """Queue a request; its request_id is assigned here and returned for correlation."""
         self._require_ready()
+        sub = sub_command(cmd)
+        if "request_id" not in sub.DESCRIPTOR.fields_by_name:
+            raise LocalProtocolError(f"{T.Type.Name(cmd.type)} is not a request (no request_id)")
         rid = self.new_request_id()
-        sub_command(cmd).request_id = rid
+        sub.request_id = rid
+        try:
+            data = encode_command(cmd)
+        except EncodeError as exc:
+            raise LocalProtocolError(f"cannot send {T.Type.Name(cmd.type)}: {exc}") from None
         self.pending_requests.add(rid)
-        self._out += encode_command(cmd)
+        self._out += data
         return rid
 
     def cancel_request(self, request_id: int) -> None:
@@ -331,17 +344,23 @@ class ClientProtocol:
         if self.state is ConnectionState.CLOSED:
             return
         if not data:
+            try:
+                self.decoder.eof()
+            except TruncatedFrameError as exc:
+                self._close("connection closed by the broker mid-frame", exc)
+                return
             self._close("connection closed by the broker")
             return
-        self._last_received = now
-        self._ping_sent_at = None
         self.decoder.feed(data)
         while not self.closed:
             try:
                 frame = self.decoder.next_frame()
             except RemoteProtocolError as exc:
                 cmd = getattr(exc, "command", None)
-                if cmd is not None and cmd.type == T.MESSAGE:
+                if cmd is not None:  # a whole frame arrived, even if its payload is bad
+                    self._last_received = now
+                    self._ping_sent_at = None
+                if cmd is not None and cmd.type == T.MESSAGE and self.state is ConnectionState.READY:
                     mid = MessageId.from_proto(cmd.message.message_id)
                     self._events.append(CorruptMessage(cmd.message.consumer_id, mid, exc))
                     continue
@@ -349,6 +368,8 @@ class ClientProtocol:
                 return
             if frame is None:
                 return
+            self._last_received = now
+            self._ping_sent_at = None
             self._handle(frame)
 
     def _handle(self, frame: Frame) -> None:
@@ -390,7 +411,10 @@ class ClientProtocol:
             r = cmd.send_receipt
             self._events.append(
                 SendReceipt(
-                    r.producer_id, r.sequence_id, r.highest_sequence_id, MessageId.from_proto(r.message_id)
+                    r.producer_id,
+                    r.sequence_id,
+                    r.highest_sequence_id,
+                    MessageId.from_proto(r.message_id) if r.HasField("message_id") else MessageId(-1, -1),
                 )
             )
         elif t == T.SEND_ERROR:

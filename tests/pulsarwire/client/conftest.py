@@ -1,0 +1,12 @@
+"""The client tests use the broker suite's fixtures: our broker, and official clients as the judge."""
+
+from __future__ import annotations
+
+from tests.pulsarwire.broker.conftest import (  # noqa: F401  (pytest finds fixtures by name)
+    broker,
+    client,
+    make_client,
+    shared_broker,
+    start_broker,
+    topic,
+)
