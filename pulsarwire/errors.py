@@ -186,7 +186,14 @@ class ClientError(PulsarWireError):
 
 
 class ConnectError(ClientError):
-    """No connection to a broker could be established (refused, TLS, handshake)."""
+    """No connection to a broker could be established (refused, TLS, handshake).
+
+    ``retriable`` is False when trying again cannot help (a certificate that does not verify).
+    """
+
+    def __init__(self, message: str, *, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 class ConnectionClosedError(ClientError):

@@ -26,7 +26,10 @@ any other ServerError with ``retriable = True``                RETRY
 (MetadataError, PersistenceError, TooManyRequests,
 ConsumerNotFound)
 any other ServerError (``retriable = False``)                  FAIL
+ConnectError with ``retriable = False`` (certificate)           FAIL
+ConnectError (refused, reset, handshake timeout)               RETRY_AFTER_LOOKUP
 RemoteProtocolError (the connection must close)                RETRY_AFTER_LOOKUP
+ConnectionClosedError, OperationTimeoutError                   RETRY_AFTER_LOOKUP
 ConnectionError, TimeoutError (= asyncio.TimeoutError), any    RETRY_AFTER_LOOKUP
 other OSError
 anything else (incl. CancelledError, KeyboardInterrupt)        FAIL
@@ -50,9 +53,12 @@ from enum import Enum
 from pulsarwire.errors import (
     AuthenticationError,
     AuthorizationError,
+    ConnectError,
+    ConnectionClosedError,
     IncompatibleSchema,
     InvalidTopicName,
     LocalProtocolError,
+    OperationTimeoutError,
     ProducerBusy,
     ProducerFenced,
     RemoteProtocolError,
@@ -183,7 +189,10 @@ def decide(error: BaseException, attempt: int, policy: RetryPolicy) -> Decision:
         if isinstance(error, _NEEDS_LOOKUP):
             return Decision.RETRY_AFTER_LOOKUP
         return Decision.RETRY if error.retriable else Decision.FAIL
-    if isinstance(error, RemoteProtocolError | OSError):
+    if isinstance(error, ConnectError):
+        # Refused or reset connections come back; a certificate that does not verify does not.
+        return Decision.RETRY_AFTER_LOOKUP if error.retriable else Decision.FAIL
+    if isinstance(error, RemoteProtocolError | OSError | ConnectionClosedError | OperationTimeoutError):
         # ConnectionError and TimeoutError (asyncio.TimeoutError is the same class) are OSErrors.
         return Decision.RETRY_AFTER_LOOKUP
     return Decision.FAIL

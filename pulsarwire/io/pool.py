@@ -122,6 +122,8 @@ class ConnectionPool:
             await asyncio.wait_for(asyncio.shield(conn.ready), self.connect_timeout)
         except PulsarWireError:
             raise
+        except ssl.SSLCertVerificationError as exc:
+            raise ConnectError(f"cannot connect to {url}: {exc}", retriable=False) from exc
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             raise ConnectError(f"cannot connect to {url}: {exc}") from exc
         return conn
