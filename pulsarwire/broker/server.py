@@ -21,6 +21,7 @@ import logging
 import ssl
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -454,6 +455,8 @@ class ServerConnection(asyncio.Protocol):
         self._keepalive: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
         self._auth_deadline: asyncio.TimerHandle | None = None
+        #: receipts held back by a delay fault: (release time, send, ledger, entry), in order
+        self._held_receipts: deque[tuple[float, pb.CommandSend, int, int]] = deque()
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -811,13 +814,27 @@ class ServerConnection(asyncio.Protocol):
         topic.dispatch_all()
 
     def _receipt(self, req: pb.CommandSend, ledger_id: int, entry_id: int) -> None:
+        """Answer a stored SEND. Receipts leave in order even when a fault delays some of them."""
+        loop = asyncio.get_running_loop()
         faults = self.broker.faults
-        if faults.take("delay_receipts"):
-            asyncio.get_running_loop().call_later(
-                faults.receipt_delay, self._send_receipt, req, ledger_id, entry_id
-            )
+        delay = faults.receipt_delay if faults.take("delay_receipts") else 0.0
+        if not delay and not self._held_receipts:
+            self._send_receipt(req, ledger_id, entry_id)
             return
-        self._send_receipt(req, ledger_id, entry_id)
+        ready = loop.time() + delay
+        if self._held_receipts:
+            ready = max(ready, self._held_receipts[-1][0])
+        self._held_receipts.append((ready, req, ledger_id, entry_id))
+        if len(self._held_receipts) == 1:
+            loop.call_at(ready, self._release_receipts)
+
+    def _release_receipts(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._held_receipts and self._held_receipts[0][0] <= loop.time():
+            _ready, req, ledger_id, entry_id = self._held_receipts.popleft()
+            self._send_receipt(req, ledger_id, entry_id)
+        if self._held_receipts:
+            loop.call_at(self._held_receipts[0][0], self._release_receipts)
 
     def _send_receipt(self, req: pb.CommandSend, ledger_id: int, entry_id: int) -> None:
         resp, sub = new_command(T.SEND_RECEIPT)
