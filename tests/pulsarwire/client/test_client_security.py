@@ -95,7 +95,7 @@ def test_tls_wrong_hostname_rejected_unless_verification_off(
     url = f"pulsar+ssl://localhost:{b.tls_port}"
     strict = Client(url, tls_trust_certs_file_path=str(tls["ca"]), operation_timeout_seconds=3)
     try:
-        with pytest.raises(ConnectError, match="(?i)hostname|certificate"):
+        with pytest.raises(ConnectError, match=r"(?i)hostname|certificate"):
             strict.create_producer(new_topic())
     finally:
         strict.close()
