@@ -224,6 +224,25 @@ class TooManyRedirectsError(ClientError):
     """A lookup was redirected more times than allowed (a redirect loop)."""
 
 
+class ReachedEndOfTopicError(ClientError):
+    """The topic was terminated and every message has been received: nothing more will come."""
+
+
+class CorruptMessageError(ClientError):
+    """A received entry failed validation (checksum, decompression, batch layout).
+
+    ``message_id`` names it; it is neither delivered nor acknowledged.
+    """
+
+    def __init__(self, message: str, *, message_id: object) -> None:
+        super().__init__(message)
+        self.message_id = message_id
+
+
+class InvalidConfigurationError(ClientError, ValueError):
+    """An option or an operation does not fit the consumer/producer configuration."""
+
+
 class UnexpectedReceiptError(RemoteProtocolError):
     """A send receipt that does not match the oldest pending message (unknown producer, or ahead)."""
 

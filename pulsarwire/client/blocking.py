@@ -21,11 +21,25 @@ from typing import Any, TypeVar
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.proto import pb
 
+from .consumer import Consumer as AsyncConsumer
 from .core import AsyncClient
+from .message import Message
 from .producer import Producer as AsyncProducer
 from .routing import HashingScheme, RoutingMode
 
 R = TypeVar("R")
+
+
+class ConsumerType:
+    Exclusive = pb.CommandSubscribe.Exclusive
+    Shared = pb.CommandSubscribe.Shared
+    Failover = pb.CommandSubscribe.Failover
+    KeyShared = pb.CommandSubscribe.Key_Shared
+
+
+class InitialPosition:
+    Latest = pb.CommandSubscribe.Latest
+    Earliest = pb.CommandSubscribe.Earliest
 
 
 class CompressionType:
@@ -86,6 +100,15 @@ class Client:
             )
         )
         return Producer(self, core)
+
+    def subscribe(self, topic: Any, subscription_name: str, **options: Any) -> Consumer:
+        """Subscribe to a topic, a list of topics or a compiled regex (see ConsumerConfig for options)."""
+        if "start_message_id" in options:
+            raise TypeError("use create_reader for a start message id")
+        return Consumer(self, self._run(self._core.subscribe(topic, subscription_name, **options)))
+
+    def create_reader(self, topic: str, start_message_id: MessageId, **options: Any) -> Reader:
+        return Reader(self, self._run(self._core.create_reader(topic, start_message_id, **options)))
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._core.get_topic_partitions(topic))
@@ -155,3 +178,79 @@ def _send_args(kw: dict[str, Any]) -> dict[str, Any]:
     if isinstance(out.get("ordering_key"), str):
         out["ordering_key"] = out["ordering_key"].encode()
     return out
+
+
+def _seconds(timeout_millis: int | None) -> float | None:
+    return None if timeout_millis is None else timeout_millis / 1000
+
+
+class Consumer:
+    """Blocking consumer: ``receive``, acks, seek, ... as in the official client."""
+
+    def __init__(self, client: Client, core: AsyncConsumer) -> None:
+        self._client = client
+        self._core = core
+
+    def topic(self) -> str:
+        return ",".join(self._core.topics)
+
+    def receive(self, timeout_millis: int | None = None) -> Message:
+        """The next message; raises OperationTimeoutError, ReachedEndOfTopicError or CorruptMessageError."""
+        return self._client._run(self._core.receive(_seconds(timeout_millis)))
+
+    def batch_receive(
+        self, max_num_messages: int = 100, max_num_bytes: int = 10 * 1024 * 1024, timeout_ms: int = 100
+    ) -> list[Message]:
+        return self._client._run(self._core.batch_receive(max_num_messages, max_num_bytes, timeout_ms / 1000))
+
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        async def go() -> None:
+            fn(*args)
+
+        self._client._run(go())
+
+    def acknowledge(self, message: Message | MessageId) -> None:
+        self._on_loop(self._core.acknowledge, message)
+
+    def acknowledge_cumulative(self, message: Message | MessageId) -> None:
+        self._on_loop(self._core.acknowledge_cumulative, message)
+
+    def negative_acknowledge(self, message: Message | MessageId) -> None:
+        self._on_loop(self._core.negative_acknowledge, message)
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        self._on_loop(self._core.redeliver_unacknowledged_messages)
+
+    def seek(self, target: MessageId | int) -> None:
+        """Seek to a message id or a publish time in ms."""
+        self._client._run(self._core.seek(target))
+
+    def get_last_message_id(self) -> MessageId:
+        return self._client._run(self._core.get_last_message_id())
+
+    def unsubscribe(self) -> None:
+        self._client._run(self._core.unsubscribe())
+
+    def close(self) -> None:
+        self._client._run(self._core.close())
+
+
+class Reader:
+    def __init__(self, client: Client, core: AsyncConsumer) -> None:
+        self._client = client
+        self._core = core
+
+    def topic(self) -> str:
+        return ",".join(self._core.topics)
+
+    def read_next(self, timeout_millis: int | None = None) -> Message:
+        return self._client._run(self._core.receive(_seconds(timeout_millis)))
+
+    def has_message_available(self) -> bool:
+        return self._client._run(self._core.has_message_available())
+
+    def seek(self, target: MessageId | int) -> None:
+        self._client._run(self._core.seek(target))
+
+    def close(self) -> None:
+        self._client._run(self._core.close())

@@ -13,10 +13,13 @@ import asyncio
 import itertools
 import logging
 import random
+import re
+import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
 from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE, new_command
+from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
     ClientError,
@@ -28,6 +31,7 @@ from pulsarwire.io.connection import Connection
 from pulsarwire.io.pool import ConnectionPool, TlsOptions
 from pulsarwire.proto import pb
 
+from .consumer import Consumer, ConsumerConfig, MessageQueue, PartitionConsumer
 from .producer import PartitionProducer, Producer, ProducerConfig
 from .retry import Backoff, Decision, RetryPolicy, decide
 from .routing import HashingScheme, Router, RoutingMode
@@ -94,6 +98,7 @@ class AsyncClient:
         )
         self.default_max_message_size = DEFAULT_MAX_MESSAGE_SIZE
         self._producers: list[Producer] = []
+        self._consumers: list[Consumer] = []
         self._closed = False
 
     # -- retries -------------------------------------------------------------------
@@ -214,9 +219,121 @@ class AsyncClient:
         self._producers.append(producer)
         return producer
 
+    # -- consumers and readers ----------------------------------------------------------
+    async def topics_of_namespace(self, namespace: str, pattern: str | None = None) -> list[str]:
+        async def attempt() -> list[str]:
+            conn = await self._service_connection()
+            cmd, g = new_command(T.GET_TOPICS_OF_NAMESPACE)
+            g.namespace = namespace
+            g.mode = pb.CommandGetTopicsOfNamespace.PERSISTENT
+            if pattern is not None:
+                g.topics_pattern = pattern
+            resp = await conn.request(cmd, self.operation_timeout)
+            if resp.is_error:
+                raise resp.error()
+            return list(resp.command.getTopicsOfNamespaceResponse.topics)
+
+        names: list[str] = await self._with_retries(f"topics of {namespace}", attempt)
+        if pattern is not None:  # the broker may not filter; do it here too (full match, as Pulsar)
+            rx = re.compile(pattern)
+            names = [t for t in names if rx.fullmatch(t) or rx.fullmatch(_parent(t))]
+        return names
+
+    async def _add_topic(self, consumer: Consumer, topic: str, config: ConsumerConfig) -> None:
+        n = await self.get_partitioned_metadata(topic)
+        names = [f"{topic}-partition-{i}" for i in range(n)] if n else [topic]
+        parts = [
+            PartitionConsumer(self, name, i if n else -1, config, consumer.queue)
+            for i, name in enumerate(names)
+        ]
+        try:
+            await asyncio.gather(*(self._with_retries(f"subscribe to {p.topic}", p.start) for p in parts))
+        except BaseException:
+            await asyncio.gather(*(p.close() for p in parts), return_exceptions=True)
+            raise
+        consumer.add(topic, parts)
+
+    async def subscribe(
+        self,
+        topic: str | list[str] | re.Pattern[str],
+        subscription_name: str,
+        *,
+        pattern_auto_discovery_period: float = 60.0,
+        **config: Any,
+    ) -> Consumer:
+        if self._closed:
+            raise AlreadyClosedError("client is closed")
+        cfg = ConsumerConfig(subscription_name=subscription_name, **config)
+        consumer = Consumer([], [], MessageQueue())
+        if isinstance(topic, re.Pattern):
+            pattern = topic.pattern
+            namespace = "/".join(topic_name(pattern.split("://", 1)[-1]).split("://", 1)[1].split("/")[:2])
+            topics = await self.topics_of_namespace(namespace, pattern)
+            parents = sorted({_parent(t) for t in topics})
+        else:
+            parents = [topic_name(t) for t in ([topic] if isinstance(topic, str) else topic)]
+        try:
+            for t in parents:
+                await self._add_topic(consumer, t, cfg)
+        except BaseException:
+            await consumer.close()
+            raise
+        if isinstance(topic, re.Pattern):
+            consumer.discovery = asyncio.get_running_loop().create_task(
+                self._discover(consumer, namespace, topic.pattern, cfg, pattern_auto_discovery_period)
+            )
+        self._consumers.append(consumer)
+        return consumer
+
+    async def _discover(
+        self, consumer: Consumer, namespace: str, pattern: str, cfg: ConsumerConfig, period: float
+    ) -> None:
+        """Regex subscriptions: pick up topics created after subscribing."""
+        while not consumer.closed:
+            await asyncio.sleep(period)
+            try:
+                found = {_parent(t) for t in await self.topics_of_namespace(namespace, pattern)}
+                for t in sorted(found - set(consumer.topics)):
+                    log.info("pattern %s: subscribing to new topic %s", pattern, t)
+                    await self._add_topic(consumer, t, cfg)
+            except PulsarWireError as exc:
+                log.warning("pattern %s: topic discovery failed: %s", pattern, exc)
+
+    async def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId,
+        *,
+        start_message_id_inclusive: bool = False,
+        reader_name: str | None = None,
+        receiver_queue_size: int = 1000,
+        subscription_role_prefix: str = "reader",
+        **config: Any,
+    ) -> Consumer:
+        """A reader: a non-durable Exclusive subscription starting at ``start_message_id``."""
+        name = f"{subscription_role_prefix}-{uuid.uuid4().hex[:10]}"
+        return await self.subscribe(
+            topic,
+            name,
+            consumer_type=pb.CommandSubscribe.Exclusive,
+            durable=False,
+            start_message_id=start_message_id,
+            start_message_id_inclusive=start_message_id_inclusive,
+            consumer_name=reader_name,
+            receiver_queue_size=receiver_queue_size,
+            **config,
+        )
+
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         await asyncio.gather(*(p.close() for p in self._producers), return_exceptions=True)
+        await asyncio.gather(*(c.close() for c in self._consumers), return_exceptions=True)
         await self.pool.close()
+
+
+def _parent(topic: str) -> str:
+    """The partitioned topic a partition belongs to (the name itself otherwise)."""
+    head, sep, tail = topic.rpartition("-partition-")
+    return head if sep and tail.isdigit() else topic

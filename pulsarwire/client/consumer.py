@@ -1,0 +1,718 @@
+"""Consumers and readers: receive queue with FLOW permits, batch/chunk unpacking, acks, seek, reconnect.
+
+:class:`PartitionConsumer` is subscribed to one topic (or partition). Entries
+from the broker are decompressed and unbatched on arrival; batch indexes the
+broker marks as acknowledged (``ack_set``) and, for readers and after a seek,
+messages before the start position are dropped. Messages go to a
+:class:`MessageQueue` (shared by every partition of a multi-topic consumer);
+taking a message out counts it as consumed, and once half the receiver queue
+was consumed a FLOW returns those permits — skipped messages count too, so
+permits never leak.
+
+Acks are grouped (``ack_group_time_ms`` / 1000 ids) and flushed on close.
+Batch-index acks send ``ack_set`` (bit set = still unacked) until the whole
+batch is acked. Cumulative acks are refused on Shared and Key_Shared.
+Negative acks are redelivered after a delay; an optional ack timeout
+redelivers what was not acked in time.
+
+An entry that fails validation (checksum, decompression, batch layout) is
+neither delivered nor acknowledged: ``receive`` raises CorruptMessageError
+naming it. After REACHED_END_OF_TOPIC, ``receive`` raises
+ReachedEndOfTopicError once the queue is empty.
+
+Reconnects (connection loss, CLOSE_CONSUMER, unload) resubscribe — a reader
+from the last message it handed out — clear the queue and grant permits again.
+A seek clears the queue and ignores everything from before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from pulsarwire.codec.batch import ack_set_for, unacked_indexes
+from pulsarwire.codec.chunks import ChunkReassembler, is_chunk
+from pulsarwire.codec.entry import open_entry
+from pulsarwire.codec.frames import new_command
+from pulsarwire.codec.message_id import MessageId
+from pulsarwire.errors import (
+    AlreadyClosedError,
+    CorruptMessageError,
+    InvalidConfigurationError,
+    OperationTimeoutError,
+    PulsarWireError,
+    ReachedEndOfTopicError,
+)
+from pulsarwire.proto import pb
+from pulsarwire.protocol.connection import (
+    ActiveConsumerChange,
+    ConsumerClosedByBroker,
+    CorruptMessage,
+    EndOfTopic,
+    Event,
+    MessageReceived,
+)
+from pulsarwire.protocol.state import HANDLER_TRANSITIONS, HandlerState, transition
+
+from .message import Message
+from .retry import Backoff, Decision, decide
+
+if TYPE_CHECKING:
+    from pulsarwire.io.connection import Connection
+
+    from .core import AsyncClient
+
+log = logging.getLogger("pulsarwire.consumer")
+T = pb.BaseCommand
+SubType = pb.CommandSubscribe.SubType
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    subscription_name: str
+    consumer_type: int = SubType.Exclusive
+    initial_position: int = pb.CommandSubscribe.Latest
+    receiver_queue_size: int = 1000
+    consumer_name: str | None = None
+    unacked_messages_timeout_ms: int | None = None
+    negative_ack_redelivery_delay_ms: int = 60_000
+    batch_index_ack_enabled: bool = True
+    is_read_compacted: bool = False
+    durable: bool = True
+    start_message_id: MessageId | None = None
+    start_message_id_inclusive: bool = False
+    priority_level: int = 0
+    ack_group_time_ms: int = 100
+    max_pending_chunked_message: int = 10
+    expire_time_of_incomplete_chunked_message_ms: int = 60_000
+    max_message_size: int = 5 * 1024 * 1024
+
+
+class MessageQueue:
+    """The receive queue: bounded by the consumers' permits, shared by the partitions of one consumer."""
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[PartitionConsumer, Message]] = deque()
+        self._changed = asyncio.Event()
+        self.errors: deque[BaseException] = deque()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, owner: PartitionConsumer, message: Message) -> None:
+        self._items.append((owner, message))
+        self._changed.set()
+
+    def put_error(self, error: BaseException) -> None:
+        self.errors.append(error)
+        self._changed.set()
+
+    def wake(self) -> None:
+        self._changed.set()
+
+    def drop(self, owner: PartitionConsumer) -> int:
+        """Remove every message of ``owner`` (reconnect, seek); returns how many."""
+        kept = deque(item for item in self._items if item[0] is not owner)
+        dropped = len(self._items) - len(kept)
+        self._items = kept
+        return dropped
+
+    def take(self) -> tuple[PartitionConsumer, Message] | None:
+        if self._items:
+            return self._items.popleft()
+        self._changed.clear()
+        return None
+
+    async def wait(self, timeout: float | None) -> bool:
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+
+class PartitionConsumer:
+    def __init__(
+        self, client: AsyncClient, topic: str, partition: int, config: ConsumerConfig, queue: MessageQueue
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.queue = queue
+        self.state = HandlerState.UNINITIALIZED
+        self.consumer_id = 0
+        self.connection: Connection | None = None
+        self.consumer_name = config.consumer_name
+        self.end_of_topic = False
+        self.active = True
+        self._consumed = 0  # permits to give back
+        self._start = config.start_message_id
+        self._start_inclusive = config.start_message_id_inclusive
+        self.last_dequeued: MessageId | None = None
+        self._batches: dict[tuple[int, int], set[int]] = {}  # acked indexes of partly acked batches
+        self._pending_acks: dict[tuple[int, int], list[int] | None] = {}
+        self._pending_cumulative: tuple[MessageId, list[int] | None] | None = None
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._nacks: dict[tuple[int, int], float] = {}
+        self._unacked: dict[tuple[int, int], float] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._reconnecting: asyncio.Task[None] | None = None
+        self._chunks: ChunkReassembler[MessageId] = ChunkReassembler(
+            max_pending=config.max_pending_chunked_message,
+            expire_after_ms=config.expire_time_of_incomplete_chunked_message_ms,
+        )
+
+    # -- state ---------------------------------------------------------------------
+    def _set(self, new: HandlerState) -> None:
+        self.state = transition(HANDLER_TRANSITIONS, self.state, new, f"consumer {self.topic}")
+
+    def _in(self, state: HandlerState) -> bool:
+        return self.state is state
+
+    async def start(self) -> None:
+        self._set(HandlerState.CONNECTING)
+        await self._connect()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._timers()))
+
+    async def _connect(self) -> None:
+        conn = await self.client.connection_for(self.topic)
+        cid = conn.proto.new_consumer_id()
+        cfg = self.config
+        cmd, s = new_command(T.SUBSCRIBE)
+        s.topic = self.topic
+        s.subscription = cfg.subscription_name
+        s.subType = cast(Any, cfg.consumer_type)
+        s.consumer_id = cid
+        if self.consumer_name:
+            s.consumer_name = self.consumer_name
+        s.priority_level = cfg.priority_level
+        s.durable = cfg.durable
+        s.initialPosition = cast(Any, cfg.initial_position)
+        s.read_compacted = cfg.is_read_compacted
+        if not cfg.durable:
+            start = self.last_dequeued or self._start
+            if start is not None:
+                s.start_message_id.CopyFrom(start.to_proto())
+        conn.consumers[cid] = self
+        try:
+            resp = await conn.request(cmd, self.client.operation_timeout)
+        except BaseException:
+            conn.consumers.pop(cid, None)
+            raise
+        if resp.is_error:
+            conn.consumers.pop(cid, None)
+            raise resp.error()
+        self.consumer_id = cid
+        self.connection = conn
+        # Anything still queued from before is redelivered by the broker (or re-read by a reader).
+        self.queue.drop(self)
+        self._batches.clear()
+        self._consumed = 0
+        self._set(HandlerState.READY)
+        self._flow(cfg.receiver_queue_size)
+
+    def _flow(self, permits: int) -> None:
+        if permits <= 0 or self.connection is None or not self._in(HandlerState.READY):
+            return
+        cmd, f = new_command(T.FLOW)
+        f.consumer_id = self.consumer_id
+        f.messagePermits = permits
+        with contextlib.suppress(PulsarWireError):  # a reconnect grants the whole queue again
+            self.connection.send(cmd)
+
+    def consumed(self, count: int = 1) -> None:
+        """``count`` messages left the queue (or were skipped): give permits back in halves."""
+        self._consumed += count
+        if self._consumed >= max(self.config.receiver_queue_size // 2, 1):
+            permits, self._consumed = self._consumed, 0
+            self._flow(permits)
+
+    # -- reconnect -----------------------------------------------------------------
+    def connection_closed(self, connection: Connection) -> None:
+        if connection is self.connection:
+            self._lost(f"connection to {connection.url} closed")
+
+    def _lost(self, reason: str) -> None:
+        if self.state not in (HandlerState.READY, HandlerState.CONNECTING):
+            return
+        log.info("consumer on %s: %s; reconnecting", self.topic, reason)
+        if self.connection is not None:
+            self.connection.consumers.pop(self.consumer_id, None)
+        self.connection = None
+        self._set(HandlerState.RECONNECTING)
+        dropped = self.queue.drop(self)
+        if dropped:
+            log.debug("consumer on %s: dropped %d queued messages", self.topic, dropped)
+        if self._reconnecting is None or self._reconnecting.done():
+            self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect_loop())
+
+    async def _reconnect_loop(self) -> None:
+        backoff = Backoff(self.client.retry)
+        attempt = 0
+        while self._in(HandlerState.RECONNECTING):
+            if attempt:
+                delay = backoff.next_delay(time.monotonic(), None)
+                await asyncio.sleep(delay or 0)
+            if not self._in(HandlerState.RECONNECTING):
+                return
+            attempt += 1
+            self._set(HandlerState.CONNECTING)
+            try:
+                await self._connect()
+                return
+            except (PulsarWireError, OSError) as exc:
+                if not self._in(HandlerState.CONNECTING):
+                    return
+                if (
+                    isinstance(exc, PulsarWireError)
+                    and decide(exc, attempt, self.client.retry) is Decision.FAIL
+                ):
+                    self._set(HandlerState.FAILED)
+                    self.queue.put_error(exc)
+                    return
+                log.info("consumer on %s: resubscribe attempt %d failed: %s", self.topic, attempt, exc)
+                self._set(HandlerState.RECONNECTING)
+
+    # -- events from the connection ------------------------------------------------
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, MessageReceived):
+            self._on_message(event)
+        elif isinstance(event, CorruptMessage):
+            mid = event.message_id.with_partition(self.partition)
+            self.consumed(1)
+            self.queue.put_error(
+                CorruptMessageError(
+                    f"message {mid} on {self.topic} is corrupt: {event.error}", message_id=mid
+                )
+            )
+        elif isinstance(event, ConsumerClosedByBroker):
+            self._lost("closed by the broker")
+        elif isinstance(event, EndOfTopic):
+            self.end_of_topic = True
+            self.queue.wake()
+        elif isinstance(event, ActiveConsumerChange):
+            self.active = event.is_active
+
+    def _skip(self, mid: MessageId) -> bool:
+        """True for messages before the start position (readers, after a seek)."""
+        start = self._start
+        if start is None:
+            return False
+        here: tuple[int, ...]
+        there: tuple[int, ...]
+        if start.batch_index < 0 or mid.batch_index < 0:
+            here, there = (mid.ledger_id, mid.entry_id), (start.ledger_id, start.entry_id)
+        else:
+            here = (mid.ledger_id, mid.entry_id, mid.batch_index)
+            there = (start.ledger_id, start.entry_id, start.batch_index)
+        if here < there or (here == there and not self._start_inclusive):
+            return True
+        self._start = None  # past the start: no more filtering
+        return False
+
+    def _on_message(self, ev: MessageReceived) -> None:
+        md = ev.payload.metadata
+        base = ev.message_id
+        entry_id = MessageId(base.ledger_id, base.entry_id, self.partition)
+        if is_chunk(md):
+            try:
+                done = self._chunks.add(md, ev.payload.payload, entry_id, int(time.time() * 1000))
+            except PulsarWireError as exc:
+                self.consumed(1)
+                self.queue.put_error(CorruptMessageError(f"chunk {entry_id}: {exc}", message_id=entry_id))
+                return
+            if done is None:
+                self.consumed(1)
+                return
+            first = done.chunk_ids[0]
+            mid = MessageId(base.ledger_id, base.entry_id, self.partition, first_chunk_message_id=first)
+            self.consumed(len(done.chunk_ids) - 1)
+            msg = Message(done.payload, mid, self.topic, done.metadata, None, ev.redelivery_count)
+            self._deliver(msg, chunk_ids=done.chunk_ids)
+            return
+        try:
+            messages = open_entry(md, ev.payload.payload, self.config.max_message_size)
+            keep = set(unacked_indexes(ev.ack_set, len(messages))) if ev.ack_set else None
+        except PulsarWireError as exc:
+            self.consumed(int(md.num_messages_in_batch) if md.HasField("num_messages_in_batch") else 1)
+            self.queue.put_error(
+                CorruptMessageError(
+                    f"message {entry_id} on {self.topic} is corrupt: {exc}", message_id=entry_id
+                )
+            )
+            return
+        batch_size = len(messages) if md.HasField("num_messages_in_batch") else 0
+        skipped = 0
+        for m in messages:
+            mid = (
+                MessageId(base.ledger_id, base.entry_id, self.partition, m.batch_index, batch_size)
+                if batch_size
+                else entry_id
+            )
+            if (keep is not None and m.batch_index not in keep) or self._skip(mid):
+                skipped += 1
+                continue
+            self._deliver(Message(m.payload, mid, self.topic, md, m.single, ev.redelivery_count))
+        if skipped:
+            self.consumed(skipped)
+
+    def _deliver(self, msg: Message, chunk_ids: tuple[MessageId, ...] = ()) -> None:
+        self.queue.put(self, msg)
+
+    # -- receive bookkeeping ---------------------------------------------------------
+    def dequeued(self, msg: Message) -> None:
+        self.last_dequeued = msg.message_id()
+        self.consumed(1)
+        timeout = self.config.unacked_messages_timeout_ms
+        if timeout:
+            self._unacked[_entry(msg.message_id())] = time.monotonic() + timeout / 1000
+
+    # -- acknowledgements ------------------------------------------------------------
+    def _ack_ready(self) -> None:
+        if self.state in (HandlerState.CLOSED, HandlerState.CLOSING):
+            raise AlreadyClosedError(f"consumer on {self.topic} is closed")
+
+    def acknowledge(self, mid: MessageId) -> None:
+        self._ack_ready()
+        key = _entry(mid)
+        self._nacks.pop(key, None)
+        if mid.batch_index >= 0 and mid.batch_size > 0:
+            acked = self._batches.setdefault(key, set())
+            acked.add(mid.batch_index)
+            if len(acked) < mid.batch_size:
+                if self.config.batch_index_ack_enabled:
+                    unacked = [i for i in range(mid.batch_size) if i not in acked]
+                    self._queue_ack(key, ack_set_for(mid.batch_size, unacked))
+                return
+            del self._batches[key]
+        self._unacked.pop(key, None)
+        self._queue_ack(key, None)
+
+    def acknowledge_cumulative(self, mid: MessageId) -> None:
+        self._ack_ready()
+        if self.config.consumer_type in (SubType.Shared, SubType.Key_Shared):
+            raise InvalidConfigurationError("cumulative acknowledgement is not allowed on Shared/Key_Shared")
+        ack_set = None
+        target = mid
+        if mid.batch_index >= 0 and mid.batch_size > 0 and mid.batch_index < mid.batch_size - 1:
+            if self.config.batch_index_ack_enabled:
+                ack_set = ack_set_for(mid.batch_size, range(mid.batch_index + 1, mid.batch_size))
+            else:  # the batch is not complete: everything before its entry is
+                target = MessageId(mid.ledger_id, mid.entry_id - 1, mid.partition)
+        for key in [k for k in self._unacked if k <= _entry(mid)]:
+            del self._unacked[key]
+        current = self._pending_cumulative
+        if current is None or _key(target) >= _key(current[0]):
+            self._pending_cumulative = (target, ack_set)
+        self._schedule_ack_flush()
+
+    def _queue_ack(self, key: tuple[int, int], ack_set: list[int] | None) -> None:
+        self._pending_acks[key] = ack_set
+        if len(self._pending_acks) >= 1000:
+            self.flush_acks()
+        else:
+            self._schedule_ack_flush()
+
+    def _schedule_ack_flush(self) -> None:
+        if self._ack_timer is None:
+            delay = self.config.ack_group_time_ms / 1000
+            if delay <= 0:
+                self.flush_acks()
+                return
+            self._ack_timer = asyncio.get_running_loop().call_later(delay, self.flush_acks)
+
+    def flush_acks(self) -> None:
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        conn = self.connection
+        if conn is None or conn.is_closed:
+            return  # the broker redelivers what was not acked; acks are retried at the next flush
+        try:
+            if self._pending_acks:
+                cmd, a = new_command(T.ACK)
+                a.consumer_id = self.consumer_id
+                a.ack_type = pb.CommandAck.Individual
+                for (ledger, entry), ack_set in self._pending_acks.items():
+                    m = a.message_id.add(ledgerId=ledger, entryId=entry)
+                    if ack_set:
+                        m.ack_set.extend(ack_set)
+                conn.send(cmd)
+                self._pending_acks.clear()
+            if self._pending_cumulative is not None:
+                target, ack_set = self._pending_cumulative
+                cmd, a = new_command(T.ACK)
+                a.consumer_id = self.consumer_id
+                a.ack_type = pb.CommandAck.Cumulative
+                m = a.message_id.add(ledgerId=target.ledger_id % 2**64, entryId=target.entry_id % 2**64)
+                if ack_set:
+                    m.ack_set.extend(ack_set)
+                conn.send(cmd)
+                self._pending_cumulative = None
+        except PulsarWireError as exc:
+            log.info("consumer on %s: acks kept for the next flush: %s", self.topic, exc)
+
+    def negative_acknowledge(self, mid: MessageId) -> None:
+        self._ack_ready()
+        self._nacks[_entry(mid)] = time.monotonic() + self.config.negative_ack_redelivery_delay_ms / 1000
+
+    def _redeliver(self, keys: list[tuple[int, int]] | None) -> None:
+        conn = self.connection
+        if conn is None or conn.is_closed:
+            return
+        cmd, r = new_command(T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
+        r.consumer_id = self.consumer_id
+        for ledger, entry in keys or ():
+            r.message_ids.add(ledgerId=ledger, entryId=entry)
+        try:
+            conn.send(cmd)
+        except PulsarWireError as exc:
+            log.info("consumer on %s: redelivery request lost with the connection: %s", self.topic, exc)
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        """Ask the broker to send every unacknowledged message again."""
+        self._ack_ready()
+        if self.config.consumer_type in (SubType.Shared, SubType.Key_Shared):
+            keys = sorted(
+                set(self._unacked) | {_entry(m.message_id()) for o, m in self.queue._items if o is self}
+            )
+            self.queue.drop(self)
+            self._redeliver(keys)
+        else:
+            dropped = self.queue.drop(self)
+            self._consumed += dropped
+            self._redeliver(None)
+        self._unacked.clear()
+
+    async def _timers(self) -> None:
+        """Negative-ack delays and the ack timeout."""
+        while self.state not in (HandlerState.CLOSED, HandlerState.FAILED):
+            await asyncio.sleep(0.05)
+            now = time.monotonic()
+            due = [k for k, t in self._nacks.items() if t <= now]
+            due += [k for k, t in self._unacked.items() if t <= now and k not in due]
+            expired = self._chunks.expire(int(time.time() * 1000))
+            if expired:
+                log.warning(
+                    "consumer on %s: %d incomplete chunked messages expired", self.topic, len(expired)
+                )
+            if due:
+                for k in due:
+                    self._nacks.pop(k, None)
+                    self._unacked.pop(k, None)
+                self._redeliver(sorted(due))
+
+    # -- seek, last message id, close ------------------------------------------------
+    async def seek(self, target: MessageId | int) -> None:
+        conn = self.connection
+        if conn is None:
+            raise AlreadyClosedError(f"consumer on {self.topic} is not connected")
+        cmd, s = new_command(T.SEEK)
+        s.consumer_id = self.consumer_id
+        if isinstance(target, MessageId):
+            s.message_id.CopyFrom(MessageId(target.ledger_id, target.entry_id).to_proto())
+            self._start, self._start_inclusive = target, self.config.start_message_id_inclusive
+        else:
+            s.message_publish_time = int(target)
+            self._start = None
+        self.flush_acks()
+        self._pending_acks.clear()
+        self._nacks.clear()
+        self._unacked.clear()
+        self.last_dequeued = None
+        self.queue.drop(self)
+        resp = await conn.request(cmd, self.client.operation_timeout)
+        if resp.is_error:
+            raise resp.error()
+        self.queue.drop(self)  # nothing from before the seek survives it
+
+    async def get_last_message_id(self) -> MessageId:
+        conn = self.connection
+        if conn is None:
+            raise AlreadyClosedError(f"consumer on {self.topic} is not connected")
+        cmd, g = new_command(T.GET_LAST_MESSAGE_ID)
+        g.consumer_id = self.consumer_id
+        resp = await conn.request(cmd, self.client.operation_timeout)
+        if resp.is_error:
+            raise resp.error()
+        return MessageId.from_proto(resp.command.getLastMessageIdResponse.last_message_id, self.partition)
+
+    async def has_message_available(self) -> bool:
+        if any(o is self for o, _m in self.queue._items):
+            return True
+        if self.end_of_topic:
+            return False
+        last = await self.get_last_message_id()
+        if last.entry_id < 0:
+            return False
+        ref = self.last_dequeued
+        if ref is None:
+            start = self._start or self.config.start_message_id
+            if start is None or start.ledger_id < 0:
+                return True
+            if start == MessageId.LATEST or start.ledger_id == MessageId.LATEST.ledger_id:
+                return False
+            return _key(last) > _key(start) or (self._start_inclusive and _key(last) >= _key(start))
+        return _key(last) > _key(ref)
+
+    async def unsubscribe(self) -> None:
+        conn = self.connection
+        if conn is None:
+            raise AlreadyClosedError(f"consumer on {self.topic} is not connected")
+        cmd, u = new_command(T.UNSUBSCRIBE)
+        u.consumer_id = self.consumer_id
+        resp = await conn.request(cmd, self.client.operation_timeout)
+        if resp.is_error:
+            raise resp.error()
+        await self.close()
+
+    async def close(self) -> None:
+        if self.state in (HandlerState.CLOSED, HandlerState.CLOSING):
+            return
+        self.flush_acks()
+        prior = self.state
+        self._set(HandlerState.CLOSING)
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
+        for t in self._tasks:
+            t.cancel()
+        conn = self.connection
+        if conn is not None and not conn.is_closed and prior is HandlerState.READY:
+            cmd, c = new_command(T.CLOSE_CONSUMER)
+            c.consumer_id = self.consumer_id
+            try:
+                await conn.request(cmd, self.client.operation_timeout)
+            except (PulsarWireError, OperationTimeoutError) as exc:
+                log.debug("consumer on %s: close: %s", self.topic, exc)
+            conn.consumers.pop(self.consumer_id, None)
+        self.queue.drop(self)
+        self._set(HandlerState.CLOSED)
+        self.queue.wake()
+
+
+def _entry(mid: MessageId) -> tuple[int, int]:
+    return (mid.ledger_id, mid.entry_id)
+
+
+def _key(mid: MessageId) -> tuple[int, int, int]:
+    return (mid.ledger_id, mid.entry_id, mid.batch_index)
+
+
+class Consumer:
+    """One consumer over one or more topic-partitions, sharing one receive queue."""
+
+    def __init__(self, topics: list[str], parts: list[PartitionConsumer], queue: MessageQueue) -> None:
+        self.topics = topics
+        self.parts = parts
+        self.queue = queue
+        self._by_topic = {p.topic: p for p in parts}
+        self.closed = False
+        self.discovery: asyncio.Task[None] | None = None
+
+    def add(self, topic: str, parts: list[PartitionConsumer]) -> None:
+        self.topics.append(topic)
+        self.parts.extend(parts)
+        self._by_topic.update({p.topic: p for p in parts})
+
+    def _owner(self, mid: MessageId, topic: str | None) -> PartitionConsumer:
+        if len(self.parts) == 1:
+            return self.parts[0]
+        if topic is not None and topic in self._by_topic:
+            return self._by_topic[topic]
+        for p in self.parts:
+            if p.partition == mid.partition and mid.partition >= 0:
+                return p
+        raise InvalidConfigurationError(f"cannot tell which topic message {mid} belongs to: pass the Message")
+
+    async def receive(self, timeout: float | None = None) -> Message:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            if self.closed:
+                raise AlreadyClosedError("consumer is closed")
+            if self.queue.errors:
+                raise self.queue.errors.popleft()
+            item = self.queue.take()
+            if item is not None:
+                owner, msg = item
+                owner.dequeued(msg)
+                return msg
+            if all(p.end_of_topic for p in self.parts):
+                raise ReachedEndOfTopicError(f"end of topic {', '.join(self.topics)}")
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise OperationTimeoutError(f"no message within {timeout} s")
+            await self.queue.wait(remaining)
+
+    async def batch_receive(
+        self, max_messages: int = 100, max_bytes: int = 10 * 1024 * 1024, timeout: float = 0.1
+    ) -> list[Message]:
+        """Up to ``max_messages`` / ``max_bytes``, waiting at most ``timeout`` once the first arrived."""
+        out: list[Message] = []
+        size = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(out) < max_messages and size < max_bytes:
+            remaining = deadline - loop.time()
+            try:
+                msg = await self.receive(max(remaining, 0) if out or remaining > 0 else 0.0)
+            except OperationTimeoutError:
+                break
+            out.append(msg)
+            size += len(msg.data())
+        return out
+
+    def acknowledge(self, target: Message | MessageId) -> None:
+        mid, topic = _target(target)
+        self._owner(mid, topic).acknowledge(mid)
+
+    def acknowledge_cumulative(self, target: Message | MessageId) -> None:
+        mid, topic = _target(target)
+        self._owner(mid, topic).acknowledge_cumulative(mid)
+
+    def negative_acknowledge(self, target: Message | MessageId) -> None:
+        mid, topic = _target(target)
+        self._owner(mid, topic).negative_acknowledge(mid)
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        for p in self.parts:
+            p.redeliver_unacknowledged_messages()
+
+    async def seek(self, target: MessageId | int) -> None:
+        if isinstance(target, MessageId) and len(self.parts) > 1:
+            await self._owner(target, None).seek(target)
+            return
+        await asyncio.gather(*(p.seek(target) for p in self.parts))
+
+    async def get_last_message_id(self) -> MessageId:
+        if len(self.parts) != 1:
+            raise InvalidConfigurationError("get_last_message_id needs a single topic-partition")
+        return await self.parts[0].get_last_message_id()
+
+    async def has_message_available(self) -> bool:
+        results = await asyncio.gather(*(p.has_message_available() for p in self.parts))
+        return any(results)
+
+    async def unsubscribe(self) -> None:
+        await asyncio.gather(*(p.unsubscribe() for p in self.parts))
+        self.closed = True
+
+    async def close(self) -> None:
+        if self.discovery is not None:
+            self.discovery.cancel()
+        await asyncio.gather(*(p.close() for p in self.parts), return_exceptions=True)
+        self.closed = True
+        self.queue.wake()
+
+
+def _target(target: Message | MessageId) -> tuple[MessageId, str | None]:
+    if isinstance(target, Message):
+        return target.message_id(), target.topic_name()
+    return target, None
