@@ -334,8 +334,7 @@ class PartitionConsumer:
             first = done.chunk_ids[0]
             mid = MessageId(base.ledger_id, base.entry_id, self.partition, first_chunk_message_id=first)
             self.consumed(len(done.chunk_ids) - 1)
-            msg = Message(done.payload, mid, self.topic, done.metadata, None, ev.redelivery_count)
-            self._deliver(msg, chunk_ids=done.chunk_ids)
+            self._deliver(mid, done.metadata, None, done.payload, ev.redelivery_count)
             return
         try:
             messages = open_entry(md, ev.payload.payload, self.config.max_message_size)
@@ -359,12 +358,20 @@ class PartitionConsumer:
             if (keep is not None and m.batch_index not in keep) or self._skip(mid):
                 skipped += 1
                 continue
-            self._deliver(Message(m.payload, mid, self.topic, md, m.single, ev.redelivery_count))
+            self._deliver(mid, md, m.single, m.payload, ev.redelivery_count)
         if skipped:
             self.consumed(skipped)
 
-    def _deliver(self, msg: Message, chunk_ids: tuple[MessageId, ...] = ()) -> None:
-        self.queue.put(self, msg)
+    def _deliver(
+        self,
+        mid: MessageId,
+        md: pb.MessageMetadata,
+        single: pb.SingleMessageMetadata | None,
+        payload: bytes,
+        redelivery_count: int,
+    ) -> None:
+        """One unpacked message: queued as a Message (the bulk reader overrides this to fill columns)."""
+        self.queue.put(self, Message(payload, mid, self.topic, md, single, redelivery_count))
 
     # -- receive bookkeeping ---------------------------------------------------------
     def dequeued(self, msg: Message) -> None:
