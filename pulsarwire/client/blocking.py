@@ -15,12 +15,13 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.proto import pb
 
+from .bulk import read_arrow
 from .consumer import Consumer as AsyncConsumer
 from .core import AsyncClient
 from .message import Message
@@ -109,6 +110,19 @@ class Client:
 
     def create_reader(self, topic: str, start_message_id: MessageId, **options: Any) -> Reader:
         return Reader(self, self._run(self._core.create_reader(topic, start_message_id, **options)))
+
+    def read_arrow(self, topic: str, start: MessageId, end: MessageId, **options: Any) -> Iterator[Any]:
+        """The messages in (start, end] of one topic-partition as pyarrow RecordBatches (see client.bulk)."""
+        agen = read_arrow(self._core, topic, start, end, **options)
+
+        async def next_batch() -> Any:
+            return await agen.__anext__()
+
+        while True:
+            try:
+                yield self._run(next_batch())
+            except StopAsyncIteration:
+                return
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._core.get_topic_partitions(topic))
