@@ -118,11 +118,14 @@ class Client:
         async def next_batch() -> Any:
             return await agen.__anext__()
 
-        while True:
-            try:
-                yield self._run(next_batch())
-            except StopAsyncIteration:
-                return
+        try:
+            while True:
+                try:
+                    yield self._run(next_batch())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._run(agen.aclose())  # an abandoned iteration still closes its reader
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._core.get_topic_partitions(topic))
