@@ -1,0 +1,305 @@
+"""Producer throughput: pulsarwire's blocking producer against the official client, same broker, same run.
+
+Each producer sends ``--messages`` messages of ``--size`` bytes with ``send_async`` (batched,
+LZ4, the official client's batching defaults: 1000 messages / 128 KiB / 10 ms), a callback
+counting receipts, then ``flush()``; the rate is messages / (first send → last receipt).
+Both producers use ``block_if_queue_full=True`` and the same ``max_pending_messages``, each
+on a fresh topic, after a short warm-up on another topic.
+
+The broker runs in a subprocess so that it does not share the GIL with the producer:
+``python -m pulsarwire.broker --port 0`` (default) or ``--broker pulsar-lite`` (its binary,
+with a config that binds metrics to nothing and keeps data in a temporary directory).
+
+Run: ``python bench/produce.py [--messages 200000] [--broker pulsarwire|pulsar-lite]``.
+Prints the machine, both rates and the ratio pulsarwire / official.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pulsar
+
+from pulsarwire.client.blocking import Client, CompressionType
+
+READY = re.compile(r"ready on (pulsar://\S+)")
+BATCH_MESSAGES = 1000
+BATCH_BYTES = 128 * 1024
+BATCH_DELAY_MS = 10
+PR_SET_PDEATHSIG = 1
+
+
+# -- brokers ----------------------------------------------------------------------------
+
+
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)  # loaded here, not in the forked child
+except OSError:
+    _LIBC = None
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGTERM the broker when the bench dies (no orphans).
+
+    Only used while the bench is single-threaded (brokers start before any client exists).
+    """
+    if _LIBC is not None:
+        with contextlib.suppress(AttributeError):  # no prctl (not Linux): the finally-blocks still stop it
+            _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def pulsarwire_broker() -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pulsarwire.broker", "--port", "0", "--log-level", "WARNING"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=_die_with_parent,
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        for line in proc.stdout:
+            match = READY.search(line)
+            if match:
+                yield match.group(1)
+                return
+            if time.monotonic() > deadline:
+                break
+        raise RuntimeError(f"pulsarwire broker did not report 'ready on' (exit code {proc.poll()})")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def pulsar_lite_broker() -> Iterator[str]:
+    from pulsar_lite.binary_finder import find_pulsar_lite_binary
+
+    with tempfile.TemporaryDirectory(prefix="bench-pulsar-lite-") as tmp:
+        port = _free_port()
+        config = Path(tmp) / "pulsar-lite.toml"
+        config.write_text(
+            f'addr = "127.0.0.1:{port}"\ndb_path = "{Path(tmp) / "data"}"\nlog_level = "warn"\n\n'
+            "[metrics]\nenabled = false\n"
+        )
+        with open(Path(tmp) / "broker.log", "wb") as log:
+            proc = subprocess.Popen(
+                [find_pulsar_lite_binary(), "--config", str(config)],
+                stdout=log,
+                stderr=log,
+                cwd=tmp,
+                preexec_fn=_die_with_parent,
+            )
+            try:
+                deadline = time.monotonic() + 30
+                while True:
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"pulsar-lite exited with {proc.returncode}, see {tmp}/broker.log")
+                    try:
+                        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            raise RuntimeError("pulsar-lite did not start listening") from None
+                        time.sleep(0.05)
+                yield f"pulsar://127.0.0.1:{port}"
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+# -- producers ---------------------------------------------------------------------------
+
+
+class Receipts:
+    """Counts successful receipts; remembers the first error. Callbacks arrive on client threads."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.ok = 0
+        self.errors = 0
+        self.first_error: object = None
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+
+    def record(self, error: object) -> None:
+        with self._lock:
+            if error is None:
+                self.ok += 1
+            else:
+                self.errors += 1
+                if self.first_error is None:
+                    self.first_error = error
+            if self.ok + self.errors >= self.expected:
+                self.done.set()
+
+
+def _run(
+    send_async: Callable[[bytes, Receipts], None],
+    flush: Callable[[], None],
+    payload: bytes,
+    count: int,
+) -> float:
+    receipts = Receipts(count)
+    start = time.perf_counter()
+    for _ in range(count):
+        send_async(payload, receipts)
+    flush()
+    if not receipts.done.wait(120):
+        raise RuntimeError(f"only {receipts.ok + receipts.errors} of {count} receipts arrived")
+    elapsed = time.perf_counter() - start
+    if receipts.errors:
+        raise RuntimeError(f"{receipts.errors} sends failed, first: {receipts.first_error!r}")
+    return elapsed
+
+
+def bench_official(url: str, payload: bytes, count: int, warmup: int, max_pending: int) -> float:
+    client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+
+        def make(topic: str) -> pulsar.Producer:
+            return client.create_producer(
+                topic,
+                batching_enabled=True,
+                batching_max_messages=BATCH_MESSAGES,
+                batching_max_allowed_size_in_bytes=BATCH_BYTES,
+                batching_max_publish_delay_ms=BATCH_DELAY_MS,
+                compression_type=pulsar.CompressionType.LZ4,
+                max_pending_messages=max_pending,
+                block_if_queue_full=True,
+            )
+
+        def measure(topic: str, n: int) -> float:
+            producer = make(topic)
+
+            def send(data: bytes, receipts: Receipts) -> None:
+                producer.send_async(
+                    data, lambda res, _mid: receipts.record(None if res == pulsar.Result.Ok else res)
+                )
+
+            try:
+                return _run(send, producer.flush, payload, n)
+            finally:
+                producer.close()
+
+        measure(_topic("warmup-official"), warmup)
+        return measure(_topic("official"), count)
+    finally:
+        client.close()
+
+
+def bench_pulsarwire(url: str, payload: bytes, count: int, warmup: int, max_pending: int) -> float:
+    client = Client(url)
+    try:
+
+        def measure(topic: str, n: int) -> float:
+            producer = client.create_producer(
+                topic,
+                batching_enabled=True,
+                batching_max_messages=BATCH_MESSAGES,
+                batching_max_allowed_size_in_bytes=BATCH_BYTES,
+                batching_max_publish_delay_ms=BATCH_DELAY_MS,
+                compression_type=CompressionType.LZ4,
+                max_pending_messages=max_pending,
+                block_if_queue_full=True,
+            )
+
+            def send(data: bytes, receipts: Receipts) -> None:
+                producer.send_async(data, lambda err, _mid: receipts.record(err))
+
+            try:
+                return _run(send, producer.flush, payload, n)
+            finally:
+                producer.close()
+
+        measure(_topic("warmup-pulsarwire"), warmup)
+        return measure(_topic("pulsarwire"), count)
+    finally:
+        client.close()
+
+
+def _topic(prefix: str) -> str:
+    return f"persistent://public/default/bench-{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--messages", type=int, default=200_000, help="messages per producer (default 200000)")
+    p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
+    p.add_argument("--broker", choices=("pulsarwire", "pulsar-lite"), default="pulsarwire")
+    p.add_argument("--max-pending", type=int, default=10_000, help="max_pending_messages for both producers")
+    p.add_argument(
+        "--warmup", type=int, default=20_000, help="messages sent before measuring (default 20000)"
+    )
+    p.add_argument(
+        "--order", choices=("official-first", "pulsarwire-first"), default="official-first", help="run order"
+    )
+    args = p.parse_args(argv)
+
+    print(
+        f"machine: Python {platform.python_version()} ({platform.python_implementation()}), "
+        f"{platform.system()} {platform.machine()}, cpu_count={os.cpu_count()}, "
+        f"pulsar-client {_version('pulsar-client')}, pulsarwire {_version('pulsarwire')}"
+    )
+    print(
+        f"workload: {args.messages} x {args.size}-byte messages, send_async + flush, batched "
+        f"({BATCH_MESSAGES} msgs / {BATCH_BYTES // 1024} KiB / {BATCH_DELAY_MS} ms), LZ4, "
+        f"max_pending={args.max_pending}, broker={args.broker} (subprocess)"
+    )
+    payload = os.urandom(args.size // 2 + 1).hex().encode()[: args.size]  # compressible like text
+    broker = pulsar_lite_broker() if args.broker == "pulsar-lite" else pulsarwire_broker()
+    runners: dict[str, Callable[..., float]] = {"official": bench_official, "pulsarwire": bench_pulsarwire}
+    order = ["official", "pulsarwire"] if args.order == "official-first" else ["pulsarwire", "official"]
+    rates: dict[str, float] = {}
+    with broker as url:
+        print(f"broker: {url}")
+        for name in order:
+            kwargs: dict[str, Any] = {"max_pending": args.max_pending}
+            elapsed = runners[name](url, payload, args.messages, args.warmup, **kwargs)
+            rates[name] = args.messages / elapsed
+            print(f"{name:>10}: {rates[name]:>12,.0f} msgs/s  ({elapsed:.2f} s)", flush=True)
+    print(f"     ratio: {rates['pulsarwire'] / rates['official']:.3f} (pulsarwire / official)")
+
+
+if __name__ == "__main__":
+    main()
