@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from pulsarwire.codec.message_id import MessageId
@@ -160,7 +160,7 @@ async def read_arrow(
     batch_rows: int = 10_000,
     receiver_queue_size: int = 10_000,
     idle_timeout: float | None = None,
-) -> AsyncIterator[pa.RecordBatch]:
+) -> AsyncGenerator[pa.RecordBatch, None]:
     """Yield the messages in (start, end] of one topic-partition as RecordBatches.
 
     Raises CorruptMessageError for an entry that fails validation and

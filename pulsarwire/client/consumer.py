@@ -11,9 +11,13 @@ permits never leak.
 
 Acks are grouped (``ack_group_time_ms`` / 1000 ids) and flushed on close.
 Batch-index acks send ``ack_set`` (bit set = still unacked) until the whole
-batch is acked. Cumulative acks are refused on Shared and Key_Shared.
-Negative acks are redelivered after a delay; an optional ack timeout
-redelivers what was not acked in time.
+batch is acked; acking a chunked message acks all its chunks. Cumulative acks
+are refused on Shared and Key_Shared. Negative acks are redelivered after a
+delay; an optional ack timeout redelivers what was not acked in time. From
+protocol 17 on each ACK asks for a receipt: acks the broker did not apply
+(cut connection, consumer closed by the broker first) are queued again, and a
+resubscribe sends the queued acks before its FLOW, so nothing acknowledged
+comes back; a message still waiting in the ack queue is not delivered again.
 
 An entry that fails validation (checksum, decompression, batch layout) is
 neither delivered nor acknowledged: ``receive`` raises CorruptMessageError
@@ -21,8 +25,10 @@ naming it. After REACHED_END_OF_TOPIC, ``receive`` raises
 ReachedEndOfTopicError once the queue is empty.
 
 Reconnects (connection loss, CLOSE_CONSUMER, unload) resubscribe — a reader
-from the last message it handed out — clear the queue and grant permits again.
-A seek clears the queue and ignores everything from before it.
+from the last message it handed out, exclusive — clear the queue and grant
+permits again. A seek clears the queue and ignores everything from before it,
+also what arrives while the SEEK is in flight; requests wait for the
+resubscribe that follows a seek.
 """
 
 from __future__ import annotations
@@ -160,6 +166,9 @@ class PartitionConsumer:
         self._pending_cumulative: tuple[MessageId, list[int] | None] | None = None
         self._ack_timer: asyncio.TimerHandle | None = None
         self._nacks: dict[tuple[int, int], float] = {}
+        self._chunk_ids: dict[tuple[int, int], tuple[MessageId, ...]] = {}  # last chunk -> all its chunks
+        self._seeking = False  # a SEEK is in flight: what arrives is from before it
+        self._seeks = 0  # seeks so far (acks from before a seek are not sent again after it)
         self._unacked: dict[tuple[int, int], float] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._reconnecting: asyncio.Task[None] | None = None
@@ -197,7 +206,9 @@ class PartitionConsumer:
         s.initialPosition = cast(Any, cfg.initial_position)
         s.read_compacted = cfg.is_read_compacted
         if not cfg.durable:
-            start = self.last_dequeued or self._start
+            if self.last_dequeued is not None:  # resume after the last message handed out, not at it
+                self._start, self._start_inclusive = self.last_dequeued, False
+            start = self._start
             if start is not None:
                 s.start_message_id.CopyFrom(start.to_proto())
         conn.consumers[cid] = self
@@ -216,6 +227,7 @@ class PartitionConsumer:
         self._batches.clear()
         self._consumed = 0
         self._set(HandlerState.READY)
+        self.flush_acks()  # acks made while disconnected go first, or the broker would redeliver those
         self._flow(cfg.receiver_queue_size)
 
     def _flow(self, permits: int) -> None:
@@ -303,8 +315,8 @@ class PartitionConsumer:
     def _skip(self, mid: MessageId) -> bool:
         """True for messages before the start position (readers, after a seek)."""
         start = self._start
-        if start is None:
-            return False
+        if start is None or not MessageId.EARLIEST < start < MessageId.LATEST:
+            return False  # EARLIEST and LATEST are no position to filter by
         here: tuple[int, ...]
         there: tuple[int, ...]
         if start.batch_index < 0 or mid.batch_index < 0:
@@ -319,9 +331,15 @@ class PartitionConsumer:
 
     def _on_message(self, ev: MessageReceived) -> None:
         md = ev.payload.metadata
+        if self._seeking:  # sent before the broker reset the cursor: it comes again if still wanted
+            self.consumed(max(int(md.num_messages_in_batch), 1))
+            return
         base = ev.message_id
         entry_id = MessageId(base.ledger_id, base.entry_id, self.partition)
         if is_chunk(md):
+            if self._skip(entry_id):
+                self.consumed(1)
+                return
             try:
                 done = self._chunks.add(md, ev.payload.payload, entry_id, int(time.time() * 1000))
             except PulsarWireError as exc:
@@ -334,11 +352,16 @@ class PartitionConsumer:
             first = done.chunk_ids[0]
             mid = MessageId(base.ledger_id, base.entry_id, self.partition, first_chunk_message_id=first)
             self.consumed(len(done.chunk_ids) - 1)
+            self._chunk_ids[_entry(mid)] = done.chunk_ids
             self._deliver(mid, done.metadata, None, done.payload, ev.redelivery_count)
             return
         try:
             messages = open_entry(md, ev.payload.payload, self.config.max_message_size)
             keep = set(unacked_indexes(ev.ack_set, len(messages))) if ev.ack_set else None
+            if (base.ledger_id, base.entry_id) in self._pending_acks:  # acked, the ack not sent yet
+                acked = self._pending_acks[(base.ledger_id, base.entry_id)]
+                mine = set(unacked_indexes(acked, len(messages))) if acked else set()
+                keep = mine if keep is None else keep & mine
         except PulsarWireError as exc:
             self.consumed(int(md.num_messages_in_batch) if md.HasField("num_messages_in_batch") else 1)
             self.queue.put_error(
@@ -389,7 +412,8 @@ class PartitionConsumer:
     def acknowledge(self, mid: MessageId) -> None:
         self._ack_ready()
         key = _entry(mid)
-        self._nacks.pop(key, None)
+        for chunk in self._chunk_ids.pop(key, ()):  # a chunked message: ack every chunk's entry
+            self._queue_ack(_entry(chunk), None)
         if mid.batch_index >= 0 and mid.batch_size > 0:
             acked = self._batches.setdefault(key, set())
             acked.add(mid.batch_index)
@@ -399,6 +423,7 @@ class PartitionConsumer:
                     self._queue_ack(key, ack_set_for(mid.batch_size, unacked))
                 return
             del self._batches[key]
+        self._nacks.pop(key, None)  # not before: a nacked message of a batch is still to redeliver
         self._unacked.pop(key, None)
         self._queue_ack(key, None)
 
@@ -415,6 +440,8 @@ class PartitionConsumer:
                 target = MessageId(mid.ledger_id, mid.entry_id - 1, mid.partition)
         for key in [k for k in self._unacked if k <= _entry(mid)]:
             del self._unacked[key]
+        for key in [k for k in self._chunk_ids if k <= _entry(mid)]:
+            del self._chunk_ids[key]
         current = self._pending_cumulative
         if current is None or _key(target) >= _key(current[0]):
             self._pending_cumulative = (target, ack_set)
@@ -451,8 +478,8 @@ class PartitionConsumer:
                     m = a.message_id.add(ledgerId=ledger, entryId=entry)
                     if ack_set:
                         m.ack_set.extend(ack_set)
-                conn.send(cmd)
-                self._pending_acks.clear()
+                self._send_acks(conn, cmd, self._pending_acks, None)
+                self._pending_acks = {}
             if self._pending_cumulative is not None:
                 target, ack_set = self._pending_cumulative
                 cmd, a = new_command(T.ACK)
@@ -461,10 +488,50 @@ class PartitionConsumer:
                 m = a.message_id.add(ledgerId=target.ledger_id % 2**64, entryId=target.entry_id % 2**64)
                 if ack_set:
                     m.ack_set.extend(ack_set)
-                conn.send(cmd)
+                self._send_acks(conn, cmd, {}, self._pending_cumulative)
                 self._pending_cumulative = None
         except PulsarWireError as exc:
             log.info("consumer on %s: acks kept for the next flush: %s", self.topic, exc)
+
+    def _send_acks(
+        self,
+        conn: Connection,
+        cmd: pb.BaseCommand,
+        acks: dict[tuple[int, int], list[int] | None],
+        cumulative: tuple[MessageId, list[int] | None] | None,
+    ) -> None:
+        """Send an ACK, with a receipt from protocol 17 on: acks the broker did not apply (the
+        connection was cut with the ACK in flight, or the broker closed the consumer first) are
+        queued again, and a resubscribe sends them before asking for messages."""
+        if conn.proto.protocol_version < 17:
+            conn.send(cmd)
+            return
+        rid = conn.proto.new_request_id()
+        cmd.ack.request_id = rid
+        conn.send(cmd)
+        conn.proto.pending_requests.add(rid)
+        receipt: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        conn.requests[rid] = receipt
+        seeks = self._seeks
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                answer = f.result().command  # ERROR, or an ACK_RESPONSE that may carry an error
+                if answer.type == T.ACK_RESPONSE and not answer.ackResponse.HasField("error"):
+                    return
+            if seeks != self._seeks or self.state in (HandlerState.CLOSING, HandlerState.CLOSED):
+                return  # a seek reset the cursor since, or nobody is left to ack for
+            for key, ack_set in acks.items():
+                if key in self._pending_acks:
+                    ack_set = _merge_ack_sets(self._pending_acks[key], ack_set)
+                self._pending_acks[key] = ack_set
+            current = self._pending_cumulative
+            if cumulative is not None and (current is None or _key(cumulative[0]) > _key(current[0])):
+                self._pending_cumulative = cumulative
+            if self._in(HandlerState.READY):
+                self._schedule_ack_flush()
+
+        receipt.add_done_callback(done)
 
     def negative_acknowledge(self, mid: MessageId) -> None:
         self._ack_ready()
@@ -476,8 +543,9 @@ class PartitionConsumer:
             return
         cmd, r = new_command(T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
         r.consumer_id = self.consumer_id
-        for ledger, entry in keys or ():
-            r.message_ids.add(ledgerId=ledger, entryId=entry)
+        for key in keys or ():  # a chunked message is redelivered with all its chunks
+            for ledger, entry in [_entry(c) for c in self._chunk_ids.get(key, ())] or [key]:
+                r.message_ids.add(ledgerId=ledger, entryId=entry)
         try:
             conn.send(cmd)
         except PulsarWireError as exc:
@@ -517,10 +585,22 @@ class PartitionConsumer:
                 self._redeliver(sorted(due))
 
     # -- seek, last message id, close ------------------------------------------------
+    async def _connected(self) -> Connection:
+        """The connection, once (re)subscribed (a seek makes the broker close the consumer).
+
+        Raises AlreadyClosedError when closed or failed, OperationTimeoutError after the operation timeout.
+        """
+        deadline = time.monotonic() + self.client.operation_timeout
+        while self.connection is None or not self._in(HandlerState.READY):
+            if self.state in (HandlerState.CLOSING, HandlerState.CLOSED, HandlerState.FAILED):
+                raise AlreadyClosedError(f"consumer on {self.topic} is {self.state.value}")
+            if time.monotonic() > deadline:
+                raise OperationTimeoutError(f"consumer on {self.topic} is not connected")
+            await asyncio.sleep(0.01)
+        return self.connection
+
     async def seek(self, target: MessageId | int) -> None:
-        conn = self.connection
-        if conn is None:
-            raise AlreadyClosedError(f"consumer on {self.topic} is not connected")
+        conn = await self._connected()
         cmd, s = new_command(T.SEEK)
         s.consumer_id = self.consumer_id
         if isinstance(target, MessageId):
@@ -535,44 +615,55 @@ class PartitionConsumer:
         self._unacked.clear()
         self.last_dequeued = None
         self.queue.drop(self)
-        resp = await conn.request(cmd, self.client.operation_timeout)
+        self._seeking = True  # what is still on the wire is from before the seek
+        self._seeks += 1
+        try:
+            resp = await conn.request(cmd, self.client.operation_timeout)
+        finally:
+            self._seeking = False
         if resp.is_error:
             raise resp.error()
         self.queue.drop(self)  # nothing from before the seek survives it
 
     async def get_last_message_id(self) -> MessageId:
-        conn = self.connection
-        if conn is None:
-            raise AlreadyClosedError(f"consumer on {self.topic} is not connected")
+        return (await self._last_message_id())[0]
+
+    async def _last_message_id(self) -> tuple[MessageId, tuple[int, int] | None]:
+        """The last message id of the topic and the subscription's mark-delete position (if sent)."""
+        conn = await self._connected()
         cmd, g = new_command(T.GET_LAST_MESSAGE_ID)
         g.consumer_id = self.consumer_id
         resp = await conn.request(cmd, self.client.operation_timeout)
         if resp.is_error:
             raise resp.error()
-        return MessageId.from_proto(resp.command.getLastMessageIdResponse.last_message_id, self.partition)
+        r = resp.command.getLastMessageIdResponse
+        mark_delete = None
+        if r.HasField("consumer_mark_delete_position"):
+            md = MessageId.from_proto(r.consumer_mark_delete_position)
+            mark_delete = (md.ledger_id, md.entry_id)
+        return MessageId.from_proto(r.last_message_id, self.partition), mark_delete
 
     async def has_message_available(self) -> bool:
         if any(o is self for o, _m in self.queue._items):
             return True
         if self.end_of_topic:
             return False
-        last = await self.get_last_message_id()
+        last, mark_delete = await self._last_message_id()
         if last.entry_id < 0:
             return False
         ref = self.last_dequeued
         if ref is None:
-            start = self._start or self.config.start_message_id
-            if start is None or start.ledger_id < 0:
-                return True
-            if start == MessageId.LATEST or start.ledger_id == MessageId.LATEST.ledger_id:
-                return False
+            start = self._start
+            if start is None or not MessageId.EARLIEST < start < MessageId.LATEST:
+                # Nothing read since subscribing at EARLIEST/LATEST or a seek: the cursor tells.
+                if mark_delete is not None:
+                    return _entry(last) > mark_delete
+                return start is not None and start.ledger_id < 0
             return _key(last) > _key(start) or (self._start_inclusive and _key(last) >= _key(start))
         return _key(last) > _key(ref)
 
     async def unsubscribe(self) -> None:
-        conn = self.connection
-        if conn is None:
-            raise AlreadyClosedError(f"consumer on {self.topic} is not connected")
+        conn = await self._connected()
         cmd, u = new_command(T.UNSUBSCRIBE)
         u.consumer_id = self.consumer_id
         resp = await conn.request(cmd, self.client.operation_timeout)
@@ -610,6 +701,13 @@ def _entry(mid: MessageId) -> tuple[int, int]:
 
 def _key(mid: MessageId) -> tuple[int, int, int]:
     return (mid.ledger_id, mid.entry_id, mid.batch_index)
+
+
+def _merge_ack_sets(a: list[int] | None, b: list[int] | None) -> list[int] | None:
+    """Two acks of one entry: an index is acked if either acks it (bit set = unacked; None = all acked)."""
+    if a is None or b is None:
+        return None
+    return [x & y for x, y in zip(a, b, strict=False)]
 
 
 class Consumer:

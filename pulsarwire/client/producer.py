@@ -35,6 +35,7 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
     ChecksumError,
+    LocalProtocolError,
     MessageTooBigError,
     ProducerQueueIsFullError,
     PulsarWireError,
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
     from .core import AsyncClient
 
 log = logging.getLogger("pulsarwire.producer")
+#: room kept in a batch for its metadata and per-message headers
+BATCH_OVERHEAD = 4096
 T = pb.BaseCommand
 
 
@@ -201,11 +204,11 @@ class PartitionProducer:
         self._resend_pending()
 
     def _resend_pending(self) -> None:
-        conn = self.connection
-        if conn is None:
-            return
-        for op in self.pending:
-            conn.send_message(op.command(self.producer_id), op.metadata, op.payload)
+        for op in list(self.pending):
+            if self.connection is None or op not in self.pending:
+                continue
+            if not self._write(op):
+                return
 
     # -- reconnect -----------------------------------------------------------------
     def connection_closed(self, connection: Connection) -> None:
@@ -273,25 +276,19 @@ class PartitionProducer:
         if isinstance(event, SendReceipt):
             self._on_receipt(event)
         elif isinstance(event, SendError):
-            if isinstance(event.error, ChecksumError):
-                op = self._pop_matching(event.sequence_id)
-                if op is not None:
-                    _fail(op.futures, event.error)
-            elif isinstance(event.error, TopicTerminatedError):
+            if isinstance(event.error, TopicTerminatedError):
                 self._give_up(event.error)
+            elif (
+                isinstance(event.error, ChecksumError)
+                or decide(event.error, 1, self.client.retry) is Decision.FAIL
+            ):
+                op = next((o for o in self.pending if o.sequence_id == event.sequence_id), None)
+                if op is not None:
+                    self._drop_op(op, event.error)
             else:
                 self._force_reconnect(f"send error {event.error}")
         elif isinstance(event, ProducerClosedByBroker):
             self._lost("closed by the broker")
-
-    def _pop_matching(self, sequence_id: int) -> OpSend | None:
-        for i, op in enumerate(self.pending):
-            if op.sequence_id == sequence_id:
-                del self.pending[i]
-                self.pending_messages -= op.num_messages
-                self._notify_space()
-                return op
-        return None
 
     def _force_reconnect(self, reason: str) -> None:
         conn = self.connection
@@ -395,6 +392,9 @@ class PartitionProducer:
         )
         cfg = self.config
         if cfg.batching_enabled and deliver_at is None and not self._too_big(len(msg.payload)):
+            room = min(cfg.batching_max_allowed_size_in_bytes, self._limit() - BATCH_OVERHEAD)
+            if self._batch and self._batch_bytes + len(msg.payload) > room:
+                self.flush_batch()  # the open batch would overflow: it goes first
             self._batch.append(msg)
             self._batch_bytes += len(msg.payload)
             if (
@@ -412,8 +412,7 @@ class PartitionProducer:
         return fut
 
     def _too_big(self, size: int) -> bool:
-        limit = self.connection.max_message_size if self.connection else self.client.default_max_message_size
-        return size > limit
+        return size > self._limit() - BATCH_OVERHEAD
 
     def _metadata(self, msg: _Message) -> pb.MessageMetadata:
         md = pb.MessageMetadata(
@@ -440,13 +439,20 @@ class PartitionProducer:
         md.uncompressed_size = len(raw)
         return compress(codec, raw)
 
+    def _limit(self) -> int:
+        return self.connection.max_message_size if self.connection else self.client.default_max_message_size
+
     def _send_single(self, msg: _Message) -> None:
         md = self._metadata(msg)
         payload = self._compressed(md, msg.payload)
-        limit = self.connection.max_message_size if self.connection else self.client.default_max_message_size
-        if len(payload) > limit:
+        limit = self._limit()
+        if len(payload) + md.ByteSize() > limit:
             if not self.config.chunking_enabled:
-                _fail([msg.future], MessageTooBigError(f"message of {len(payload)} bytes exceeds {limit}"))
+                size = len(payload) + md.ByteSize()
+                _fail(
+                    [msg.future],
+                    MessageTooBigError(f"message of {size} bytes (with metadata) exceeds {limit}"),
+                )
                 return
             self._send_chunks(msg, md, payload, limit)
             return
@@ -454,9 +460,22 @@ class PartitionProducer:
             OpSend(msg.sequence_id, msg.sequence_id, 1, md, payload, [msg.future], time.monotonic())
         )
 
-    def _send_chunks(self, msg: _Message, md: pb.MessageMetadata, payload: bytes, chunk_size: int) -> None:
+    def _send_chunks(self, msg: _Message, md: pb.MessageMetadata, payload: bytes, limit: int) -> None:
+        """Split into chunks whose payload plus metadata fit ``limit`` (as the Java client sizes them)."""
+        uuid = f"{self.name}-{msg.sequence_id}-{uuidlib.uuid4().hex[:8]}"
+        widest = pb.MessageMetadata()
+        widest.CopyFrom(md)
+        widest.uuid = uuid
+        widest.chunk_id = widest.num_chunks_from_msg = widest.total_chunk_msg_size = len(payload)
+        chunk_size = limit - widest.ByteSize()
+        if chunk_size < 1024:
+            _fail(
+                [msg.future],
+                MessageTooBigError(f"metadata of {widest.ByteSize()} bytes leaves no room in {limit}"),
+            )
+            return
         count = (len(payload) + chunk_size - 1) // chunk_size
-        ctx = _ChunkContext(f"{self.name}-{msg.sequence_id}-{uuidlib.uuid4().hex[:8]}", count)
+        ctx = _ChunkContext(uuid, count)
         for i in range(count):
             cmd_md = pb.MessageMetadata()
             cmd_md.CopyFrom(md)
@@ -465,7 +484,7 @@ class PartitionProducer:
             cmd_md.num_chunks_from_msg = count
             cmd_md.total_chunk_msg_size = len(payload)
             part = payload[i * chunk_size : (i + 1) * chunk_size]
-            futures = [msg.future] if i == count - 1 else []
+            futures = [msg.future]  # every chunk: any chunk's failure fails the message
             op = OpSend(msg.sequence_id, msg.sequence_id, 1, cmd_md, part, futures, time.monotonic(), i, ctx)
             self._enqueue(op)
 
@@ -513,11 +532,29 @@ class PartitionProducer:
         self.pending.append(op)
         self.pending_messages += op.num_messages
         if self.is_ready:
-            assert self.connection is not None
-            try:
-                self.connection.send_message(op.command(self.producer_id), op.metadata, op.payload)
-            except PulsarWireError as exc:
-                log.info("producer %s: send deferred until reconnect: %s", self.name, exc)
+            self._write(op)
+
+    def _write(self, op: OpSend) -> bool:
+        """Put one op on the wire; False when the connection is gone (the reconnect resends it)."""
+        assert self.connection is not None
+        try:
+            self.connection.send_message(op.command(self.producer_id), op.metadata, op.payload)
+            return True
+        except LocalProtocolError as exc:  # can never be sent: fail it alone, now
+            self._drop_op(op, MessageTooBigError(str(exc)))
+            return True
+        except PulsarWireError as exc:
+            log.info("producer %s: send deferred until reconnect: %s", self.name, exc)
+            return False
+
+    def _drop_op(self, op: OpSend, exc: BaseException) -> None:
+        """Remove ``op`` (and the other chunks of its message) from pending and fail its messages."""
+        doomed = [o for o in self.pending if o is op or (op.chunks is not None and o.chunks is op.chunks)]
+        for o in doomed:
+            self.pending.remove(o)
+            self.pending_messages -= o.num_messages
+        _fail(op.futures, exc)
+        self._notify_space()
 
     # -- timeouts, flush, close -----------------------------------------------------
     async def _watch_timeouts(self) -> None:
@@ -528,10 +565,8 @@ class PartitionProducer:
             await asyncio.sleep(min(timeout / 4, 0.1))
             now = time.monotonic()
             while self.pending and now - self.pending[0].created >= timeout:
-                op = self.pending.popleft()
-                self.pending_messages -= op.num_messages
-                _fail(op.futures, SendTimeoutError(f"no receipt within {timeout:.1f} s for {op.sequence_id}"))
-                self._notify_space()
+                op = self.pending[0]
+                self._drop_op(op, SendTimeoutError(f"no receipt within {timeout:.1f} s for {op.sequence_id}"))
 
     async def flush(self) -> None:
         """Send the current batch and wait until every message sent so far has its receipt (or failed)."""
