@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from pulsarwire.codec.message_id import MessageId
+from pulsarwire.errors import ProducerQueueIsFullError
 from pulsarwire.proto import pb
 
 from .bulk import read_arrow
@@ -29,6 +32,7 @@ from .producer import Producer as AsyncProducer
 from .routing import HashingScheme, RoutingMode
 
 R = TypeVar("R")
+Callback = Callable[[BaseException | None, MessageId | None], None]
 
 
 class ConsumerType:
@@ -143,9 +147,19 @@ class Client:
 
 
 class Producer:
+    """Blocking producer. ``send_async`` hands messages to the loop without a round trip per message."""
+
     def __init__(self, client: Client, core: AsyncProducer) -> None:
         self._client = client
         self._core = core
+        cfg = core.partitions[0].config
+        limit = cfg.max_pending_messages * len(core.partitions)
+        self._slots = threading.Semaphore(limit) if limit > 0 else None
+        self._block = cfg.block_if_queue_full
+        self._submitted: deque[tuple[bytes, dict[str, Any], Callback | None]] = deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._drain_task: asyncio.Task[None] | None = None
 
     def topic(self) -> str:
         return self._core.topic
@@ -158,29 +172,82 @@ class Producer:
 
     def send(self, content: bytes, **kw: Any) -> MessageId:
         """Send and wait for the receipt; raises the send's error."""
-        return self._client._run(self._core.send(content, **_send_args(kw)))
+        done = threading.Event()
+        box: list[tuple[BaseException | None, MessageId | None]] = []
 
-    def send_async(
-        self,
-        content: bytes,
-        callback: Callable[[BaseException | None, MessageId | None], None] | None,
-        **kw: Any,
-    ) -> None:
-        """Queue a message; ``callback(error, message_id)`` runs on the client's loop thread."""
+        def callback(err: BaseException | None, mid: MessageId | None) -> None:
+            box.append((err, mid))
+            done.set()
 
-        async def go() -> None:
-            fut = await self._core.send_async(content, **_send_args(kw))
-            if callback is not None:
-                fut.add_done_callback(
-                    lambda f: callback(f.exception(), None) if f.exception() else callback(None, f.result())
-                )
+        self.send_async(content, callback, **kw)
+        done.wait()
+        err, mid = box[0]
+        if err is not None:
+            raise err
+        assert mid is not None
+        return mid
 
-        self._client._run(go())
+    def send_async(self, content: bytes, callback: Callback | None, **kw: Any) -> None:
+        """Queue a message; ``callback(error, message_id)`` runs on the client's loop thread.
+
+        With ``max_pending_messages`` messages waiting, this blocks (``block_if_queue_full``) or
+        reports ProducerQueueIsFullError to the callback (raises it when there is none).
+        """
+        if self._slots is not None and not self._slots.acquire(blocking=self._block):
+            err = ProducerQueueIsFullError(f"{self._core.topic}: the pending queue is full")
+            if callback is None:
+                raise err
+            callback(err, None)
+            return
+        with self._lock:
+            self._submitted.append((bytes(content), _send_args(kw), callback))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._client._loop.call_soon_threadsafe(self._start_drain)
+
+    def _start_drain(self) -> None:
+        self._drain_task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._submitted:
+                    self._scheduled = False
+                    return
+                content, kw, callback = self._submitted.popleft()
+            try:
+                fut = await self._core.send_async(content, **kw)
+            except Exception as exc:  # refused before queuing (closed, too big, ...): the caller hears it
+                self._finished(callback, exc, None)
+                continue
+            fut.add_done_callback(functools.partial(self._settle, callback))
+
+    def _settle(self, callback: Callback | None, fut: asyncio.Future[MessageId]) -> None:
+        exc = fut.exception()
+        self._finished(callback, exc, None if exc is not None else fut.result())
+
+    def _finished(self, callback: Callback | None, exc: BaseException | None, mid: MessageId | None) -> None:
+        if self._slots is not None:
+            self._slots.release()
+        if callback is not None:
+            callback(exc, mid)
+
+    async def _flush(self) -> None:
+        while self._drain_task is not None and not self._drain_task.done():
+            await self._drain_task
+        await self._core.flush()
 
     def flush(self) -> None:
-        self._client._run(self._core.flush())
+        """Send what is queued and wait until every message sent so far has its receipt (or failed)."""
+        while True:
+            self._client._run(self._flush())
+            with self._lock:
+                if not self._submitted and not self._scheduled:
+                    return
 
     def close(self) -> None:
+        self.flush()
         self._client._run(self._core.close())
 
 
