@@ -17,128 +17,21 @@ Prints the machine, both rates and the ratio pulsarwire / official.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import os
-import platform
-import re
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from importlib import metadata
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pulsar
+from brokers import machine, pulsar_lite_broker, pulsarwire_broker
 
 from pulsarwire.client.blocking import Client, CompressionType
 
-READY = re.compile(r"ready on (pulsar://\S+)")
 BATCH_MESSAGES = 1000
 BATCH_BYTES = 128 * 1024
 BATCH_DELAY_MS = 10
-PR_SET_PDEATHSIG = 1
-
-
-# -- brokers ----------------------------------------------------------------------------
-
-
-try:
-    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)  # loaded here, not in the forked child
-except OSError:
-    _LIBC = None
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to SIGTERM the broker when the bench dies (no orphans).
-
-    Only used while the bench is single-threaded (brokers start before any client exists).
-    """
-    if _LIBC is not None:
-        with contextlib.suppress(AttributeError):  # no prctl (not Linux): the finally-blocks still stop it
-            _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def pulsarwire_broker() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pulsarwire.broker", "--port", "0", "--log-level", "WARNING"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        preexec_fn=_die_with_parent,
-    )
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 30
-        for line in proc.stdout:
-            match = READY.search(line)
-            if match:
-                yield match.group(1)
-                return
-            if time.monotonic() > deadline:
-                break
-        raise RuntimeError(f"pulsarwire broker did not report 'ready on' (exit code {proc.poll()})")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def pulsar_lite_broker() -> Iterator[str]:
-    from pulsar_lite.binary_finder import find_pulsar_lite_binary
-
-    with tempfile.TemporaryDirectory(prefix="bench-pulsar-lite-") as tmp:
-        port = _free_port()
-        config = Path(tmp) / "pulsar-lite.toml"
-        config.write_text(
-            f'addr = "127.0.0.1:{port}"\ndb_path = "{Path(tmp) / "data"}"\nlog_level = "warn"\n\n'
-            "[metrics]\nenabled = false\n"
-        )
-        with open(Path(tmp) / "broker.log", "wb") as log:
-            proc = subprocess.Popen(
-                [find_pulsar_lite_binary(), "--config", str(config)],
-                stdout=log,
-                stderr=log,
-                cwd=tmp,
-                preexec_fn=_die_with_parent,
-            )
-            try:
-                deadline = time.monotonic() + 30
-                while True:
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"pulsar-lite exited with {proc.returncode}, see {tmp}/broker.log")
-                    try:
-                        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                        break
-                    except OSError:
-                        if time.monotonic() > deadline:
-                            raise RuntimeError("pulsar-lite did not start listening") from None
-                        time.sleep(0.05)
-                yield f"pulsar://127.0.0.1:{port}"
-            finally:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
 
 
 # -- producers ---------------------------------------------------------------------------
@@ -255,13 +148,6 @@ def _topic(prefix: str) -> str:
     return f"persistent://public/default/bench-{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--messages", type=int, default=200_000, help="messages per producer (default 200000)")
@@ -276,11 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
 
-    print(
-        f"machine: Python {platform.python_version()} ({platform.python_implementation()}), "
-        f"{platform.system()} {platform.machine()}, cpu_count={os.cpu_count()}, "
-        f"pulsar-client {_version('pulsar-client')}, pulsarwire {_version('pulsarwire')}"
-    )
+    print(machine())
     print(
         f"workload: {args.messages} x {args.size}-byte messages, send_async + flush, batched "
         f"({BATCH_MESSAGES} msgs / {BATCH_BYTES // 1024} KiB / {BATCH_DELAY_MS} ms), LZ4, "

@@ -172,6 +172,8 @@ async def read_arrow(
     schema = arrow_schema()
     if end.entry_id < 0 or (start.ledger_id >= 0 and not _past(end, start)):
         return
+    # Permits come back as rows are handed out: the queue must hold at least two batches.
+    receiver_queue_size = max(receiver_queue_size, 2 * batch_rows)
     cfg = ConsumerConfig(
         subscription_name=f"bulk-{uuid.uuid4().hex[:10]}",
         consumer_type=pb.CommandSubscribe.Exclusive,

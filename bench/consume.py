@@ -1,0 +1,132 @@
+"""Consumer throughput: pulsarwire (per message, and the bulk Arrow path) against the official client.
+
+One topic holds ``--messages`` batched (1000 per batch), LZ4-compressed 100-byte messages.
+Each reader reads all of them from the start, on its own subscription, same broker, same run:
+
+  (a) pulsarwire ``receive`` + ``acknowledge`` per message (blocking API)
+  (b) pulsarwire ``read_arrow`` (bulk path for Spark: RecordBatches, no object per message)
+  (c) official client ``receive`` + ``acknowledge``
+  (d) official client ``batch_receive`` (1000 per call) + ``acknowledge``
+
+The broker runs in a subprocess. Goal (issue 5): (b) >= 2x (d).
+Run: ``python bench/consume.py [--messages 200000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import uuid
+
+import pulsar
+from brokers import machine, pulsarwire_broker
+
+from pulsarwire.client.blocking import Client, CompressionType, InitialPosition
+from pulsarwire.codec import MessageId
+
+
+def fill(url: str, topic: str, count: int, size: int) -> MessageId:
+    payload = os.urandom(size // 2 + 1).hex().encode()[:size]
+    client = Client(url)
+    try:
+        producer = client.create_producer(
+            topic, compression_type=CompressionType.LZ4, block_if_queue_full=True, max_pending_messages=20_000
+        )
+        for _ in range(count):
+            producer.send_async(payload, None)
+        producer.flush()
+        probe = client.subscribe(topic, "probe")
+        last = probe.get_last_message_id()
+        probe.close()
+        return last
+    finally:
+        client.close()
+
+
+def pulsarwire_receive(url: str, topic: str, count: int) -> float:
+    client = Client(url)
+    try:
+        consumer = client.subscribe(topic, "pw-a", initial_position=InitialPosition.Earliest)
+        started = time.perf_counter()
+        for _ in range(count):
+            consumer.acknowledge(consumer.receive(30_000))
+        return time.perf_counter() - started
+    finally:
+        client.close()
+
+
+def pulsarwire_bulk(url: str, topic: str, count: int, last: MessageId) -> float:
+    client = Client(url)
+    try:
+        started = time.perf_counter()
+        rows = sum(
+            rb.num_rows for rb in client.read_arrow(topic, MessageId.EARLIEST, last, batch_rows=50_000)
+        )
+        elapsed = time.perf_counter() - started
+        assert rows == count, (rows, count)
+        return elapsed
+    finally:
+        client.close()
+
+
+def official_receive(url: str, topic: str, count: int) -> float:
+    client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        consumer = client.subscribe(topic, "off-c", initial_position=pulsar.InitialPosition.Earliest)
+        started = time.perf_counter()
+        for _ in range(count):
+            consumer.acknowledge(consumer.receive(30_000))
+        return time.perf_counter() - started
+    finally:
+        client.close()
+
+
+def official_batch_receive(url: str, topic: str, count: int) -> float:
+    client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        consumer = client.subscribe(
+            topic,
+            "off-d",
+            initial_position=pulsar.InitialPosition.Earliest,
+            batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(1000, -1, 100),
+        )
+        started = time.perf_counter()
+        got = 0
+        while got < count:
+            messages = consumer.batch_receive()
+            for m in messages:
+                consumer.acknowledge(m)
+            got += len(messages)
+        return time.perf_counter() - started
+    finally:
+        client.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--size", type=int, default=100)
+    args = p.parse_args(argv)
+    n = args.messages
+    print(machine())
+    print(f"workload: {n} x {args.size}-byte messages, batched by 1000, LZ4, read from the start")
+    with pulsarwire_broker() as url:
+        topic = f"persistent://public/default/bench-consume-{uuid.uuid4().hex[:8]}"
+        last = fill(url, topic, n, args.size)
+        rates = {
+            "(a) pulsarwire receive+ack": n / pulsarwire_receive(url, topic, n),
+            "(b) pulsarwire bulk arrow": n / pulsarwire_bulk(url, topic, n, last),
+            "(c) official receive+ack": n / official_receive(url, topic, n),
+            "(d) official batch_receive": n / official_batch_receive(url, topic, n),
+        }
+    for name, rate in rates.items():
+        print(f"{name:<30} {rate:>12,.0f} msgs/s")
+    print(f"ratio (a)/(c): {rates['(a) pulsarwire receive+ack'] / rates['(c) official receive+ack']:.2f}")
+    print(
+        f"ratio (b)/(d): {rates['(b) pulsarwire bulk arrow'] / rates['(d) official batch_receive']:.2f} (goal >= 2)"
+    )
+
+
+if __name__ == "__main__":
+    main()
