@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
+from pulsarwire.codec.entry import EntryMessage
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import OperationTimeoutError
 from pulsarwire.proto import pb
@@ -101,6 +102,54 @@ class _ColumnReader(PartitionConsumer):
     def on_event(self, event: Any) -> None:
         super().on_event(event)
         self.arrived.set()  # a message, an error, the end of the topic: the reading loop looks again
+
+    def _deliver_entry(
+        self,
+        base: MessageId,
+        md: pb.MessageMetadata,
+        messages: list[EntryMessage],
+        keep: set[int] | None,
+        batch_size: int,
+        redelivery_count: int,
+    ) -> None:
+        """Whole entries inside the range go into the columns at once, without a MessageId each."""
+        end = self.end
+        whole = (
+            keep is None
+            and self._start is None
+            and not self.finished
+            and (base.ledger_id, base.entry_id) < (end.ledger_id, end.entry_id)
+        )
+        if not whole or not batch_size:
+            super()._deliver_entry(base, md, messages, keep, batch_size, redelivery_count)
+            return
+        n = len(messages)
+        c = self.cols
+        singles = [m.single for m in messages]
+        c["key"].extend(
+            s.partition_key.encode() if s is not None and s.HasField("partition_key") else None
+            for s in singles
+        )
+        c["value"].extend(m.payload for m in messages)
+        c["topic"].extend([self.topic] * n)
+        c["partition"].extend([self.partition] * n)
+        c["ledger_id"].extend([base.ledger_id] * n)
+        c["entry_id"].extend([base.entry_id] * n)
+        c["batch_index"].extend(range(n))
+        c["publish_time"].extend([md.publish_time] * n)
+        c["event_time"].extend((s.event_time or None) if s is not None else None for s in singles)
+        c["properties"].extend(
+            [(kv.key, kv.value) for kv in s.properties] if s is not None else [] for s in singles
+        )
+        c["producer_name"].extend([md.producer_name] * n)
+        first_seq = md.sequence_id
+        c["sequence_id"].extend(
+            s.sequence_id if s is not None and s.HasField("sequence_id") else first_seq + i
+            for i, s in enumerate(singles)
+        )
+        self.rows += n
+        self.last_dequeued = MessageId(base.ledger_id, base.entry_id, self.partition, n - 1, n)
+        self.arrived.set()
 
     def take(self) -> dict[str, list[Any]]:
         cols, self.cols = self.cols, {c: [] for c in COLUMNS}

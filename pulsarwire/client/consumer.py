@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pulsarwire.codec.batch import ack_set_for, unacked_indexes
 from pulsarwire.codec.chunks import ChunkReassembler, is_chunk
-from pulsarwire.codec.entry import open_entry
+from pulsarwire.codec.entry import EntryMessage, open_entry
 from pulsarwire.codec.frames import new_command
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
@@ -371,7 +371,20 @@ class PartitionConsumer:
             )
             return
         batch_size = len(messages) if md.HasField("num_messages_in_batch") else 0
+        self._deliver_entry(base, md, messages, keep, batch_size, ev.redelivery_count)
+
+    def _deliver_entry(
+        self,
+        base: MessageId,
+        md: pb.MessageMetadata,
+        messages: list[EntryMessage],
+        keep: set[int] | None,
+        batch_size: int,
+        redelivery_count: int,
+    ) -> None:
+        """The messages of one entry, minus acked indexes and those before the start position."""
         skipped = 0
+        entry_id = MessageId(base.ledger_id, base.entry_id, self.partition)
         for m in messages:
             mid = (
                 MessageId(base.ledger_id, base.entry_id, self.partition, m.batch_index, batch_size)
@@ -381,7 +394,7 @@ class PartitionConsumer:
             if (keep is not None and m.batch_index not in keep) or self._skip(mid):
                 skipped += 1
                 continue
-            self._deliver(mid, md, m.single, m.payload, ev.redelivery_count)
+            self._deliver(mid, md, m.single, m.payload, redelivery_count)
         if skipped:
             self.consumed(skipped)
 
