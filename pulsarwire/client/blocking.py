@@ -21,7 +21,13 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from pulsarwire.codec.message_id import MessageId
-from pulsarwire.errors import ProducerQueueIsFullError
+from pulsarwire.errors import (
+    AlreadyClosedError,
+    InvalidConfigurationError,
+    OperationTimeoutError,
+    ProducerQueueIsFullError,
+    ReachedEndOfTopicError,
+)
 from pulsarwire.proto import pb
 
 from .bulk import read_arrow
@@ -264,77 +270,180 @@ def _send_args(kw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _seconds(timeout_millis: int | None) -> float | None:
-    return None if timeout_millis is None else timeout_millis / 1000
+class _LoopCalls:
+    """Calls queued from the caller's thread and run on the client's loop in order.
+
+    The loop is woken at most once per ``DELAY`` (or at once when ``BURST`` calls wait), so a
+    receive/ack loop costs no thread hand-off per message.
+    """
+
+    DELAY = 0.002
+    BURST = 256
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._calls: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._urgent = False
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self._client._loop
+        with self._lock:
+            self._calls.append((fn, args))
+            if not self._scheduled:
+                self._scheduled = True
+                loop.call_soon_threadsafe(loop.call_later, self.DELAY, self._run)
+            elif len(self._calls) >= self.BURST and not self._urgent:
+                self._urgent = True
+                loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._calls:
+                    self._scheduled = self._urgent = False
+                    return
+                fn, args = self._calls.popleft()
+            fn(*args)
+
+    def drain(self) -> None:
+        """Wait until everything submitted so far ran."""
+
+        async def nothing() -> None:
+            return None
+
+        while True:
+            self._client._run(nothing())
+            with self._lock:
+                if not self._calls and not self._scheduled:
+                    return
 
 
-class Consumer:
-    """Blocking consumer: ``receive``, acks, seek, ... as in the official client."""
+class _Receiving:
+    """Blocking receive straight from the consumer's queue: no loop round trip while messages wait."""
 
     def __init__(self, client: Client, core: AsyncConsumer) -> None:
         self._client = client
         self._core = core
+        self._calls = _LoopCalls(client)
 
     def topic(self) -> str:
         return ",".join(self._core.topics)
 
+    def _receive(self, timeout_millis: int | None) -> Message:
+        core = self._core
+        queue = core.queue
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        while True:
+            if core.closed:
+                raise AlreadyClosedError("consumer is closed")
+            if queue.errors:
+                raise queue.errors.popleft()
+            item = queue.take()
+            if item is not None:
+                owner, msg = item
+                owner.last_dequeued = msg.message_id()  # now: a resubscribe must start after it
+                self._calls.submit(functools.partial(owner.dequeued, track_position=False), msg)
+                return msg
+            if core.parts and all(p.end_of_topic for p in core.parts):
+                raise ReachedEndOfTopicError(f"end of topic {', '.join(core.topics)}")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise OperationTimeoutError(f"no message within {timeout_millis} ms")
+            with queue.ready:
+                if not len(queue) and not queue.errors and not core.closed:
+                    queue.ready.wait(0.5 if remaining is None else min(remaining, 0.5))
+
+
+class Consumer(_Receiving):
+    """Blocking consumer: ``receive``, acks, seek, ... as in the official client."""
+
     def receive(self, timeout_millis: int | None = None) -> Message:
         """The next message; raises OperationTimeoutError, ReachedEndOfTopicError or CorruptMessageError."""
-        return self._client._run(self._core.receive(_seconds(timeout_millis)))
+        return self._receive(timeout_millis)
 
     def batch_receive(
         self, max_num_messages: int = 100, max_num_bytes: int = 10 * 1024 * 1024, timeout_ms: int = 100
     ) -> list[Message]:
-        return self._client._run(self._core.batch_receive(max_num_messages, max_num_bytes, timeout_ms / 1000))
+        out: list[Message] = []
+        size = 0
+        deadline = time.monotonic() + timeout_ms / 1000
+        while len(out) < max_num_messages and size < max_num_bytes:
+            left = max(0, int((deadline - time.monotonic()) * 1000))
+            try:
+                msg = self._receive(left)
+            except OperationTimeoutError:
+                break
+            out.append(msg)
+            size += len(msg.data())
+        return out
+
+    def _check_open(self) -> None:
+        if self._core.closed:
+            raise AlreadyClosedError("consumer is closed")
+
+    def _ack(self, kind: str, message: Message | MessageId) -> None:
+        self._check_open()
+        owner, mid = self._core.owner_of(message)
+        owner.ack_from_thread(kind, mid)  # ordered before any resubscribe of that consumer
+        self._calls.submit(owner.flush_acks_soon)
+
+    def acknowledge(self, message: Message | MessageId) -> None:
+        self._ack("individual", message)
+
+    def acknowledge_cumulative(self, message: Message | MessageId) -> None:
+        kind = self._core.parts[0].config.consumer_type if self._core.parts else None
+        if kind in (pb.CommandSubscribe.Shared, pb.CommandSubscribe.Key_Shared):
+            raise InvalidConfigurationError("cumulative acknowledgement is not allowed on Shared/Key_Shared")
+        self._ack("cumulative", message)
+
+    def negative_acknowledge(self, message: Message | MessageId) -> None:
+        self._ack("negative", message)
 
     def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` on the client's loop after everything submitted so far (tests use it)."""
+        self._calls.drain()
+
         async def go() -> None:
             fn(*args)
 
         self._client._run(go())
 
-    def acknowledge(self, message: Message | MessageId) -> None:
-        self._on_loop(self._core.acknowledge, message)
-
-    def acknowledge_cumulative(self, message: Message | MessageId) -> None:
-        self._on_loop(self._core.acknowledge_cumulative, message)
-
-    def negative_acknowledge(self, message: Message | MessageId) -> None:
-        self._on_loop(self._core.negative_acknowledge, message)
-
     def redeliver_unacknowledged_messages(self) -> None:
-        self._on_loop(self._core.redeliver_unacknowledged_messages)
+        self._check_open()
+        self._calls.submit(self._core.redeliver_unacknowledged_messages)
+        self._calls.drain()
 
     def seek(self, target: MessageId | int) -> None:
         """Seek to a message id or a publish time in ms."""
+        self._calls.drain()
         self._client._run(self._core.seek(target))
 
     def get_last_message_id(self) -> MessageId:
         return self._client._run(self._core.get_last_message_id())
 
     def unsubscribe(self) -> None:
+        self._calls.drain()
         self._client._run(self._core.unsubscribe())
 
     def close(self) -> None:
+        self._calls.drain()
         self._client._run(self._core.close())
 
 
-class Reader:
-    def __init__(self, client: Client, core: AsyncConsumer) -> None:
-        self._client = client
-        self._core = core
-
-    def topic(self) -> str:
-        return ",".join(self._core.topics)
-
+class Reader(_Receiving):
     def read_next(self, timeout_millis: int | None = None) -> Message:
-        return self._client._run(self._core.receive(_seconds(timeout_millis)))
+        return self._receive(timeout_millis)
 
     def has_message_available(self) -> bool:
+        self._calls.drain()
         return self._client._run(self._core.has_message_available())
 
     def seek(self, target: MessageId | int) -> None:
+        self._calls.drain()
         self._client._run(self._core.seek(target))
 
     def close(self) -> None:
+        self._calls.drain()
         self._client._run(self._core.close())

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -100,37 +101,61 @@ class ConsumerConfig:
 
 
 class MessageQueue:
-    """The receive queue: bounded by the consumers' permits, shared by the partitions of one consumer."""
+    """The receive queue: bounded by the consumers' permits, shared by the partitions of one consumer.
+
+    Filled on the event loop; emptied from the loop (async API) or from the caller's thread (blocking
+    API), so the item deque is guarded by a lock and both an asyncio event and a thread condition
+    are told about changes.
+    """
 
     def __init__(self) -> None:
         self._items: deque[tuple[PartitionConsumer, Message]] = deque()
+        self._lock = threading.Lock()
         self._changed = asyncio.Event()
+        self.ready = threading.Condition()
         self.errors: deque[BaseException] = deque()
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, owner: PartitionConsumer, message: Message) -> None:
-        self._items.append((owner, message))
+    def _notify(self) -> None:
         self._changed.set()
+        with self.ready:
+            self.ready.notify_all()
+
+    def put(self, owner: PartitionConsumer, message: Message) -> None:
+        with self._lock:
+            self._items.append((owner, message))
+        self._notify()
 
     def put_error(self, error: BaseException) -> None:
         self.errors.append(error)
-        self._changed.set()
+        self._notify()
 
     def wake(self) -> None:
-        self._changed.set()
+        self._notify()
+
+    def holds(self, owner: PartitionConsumer) -> bool:
+        with self._lock:
+            return any(o is owner for o, _m in self._items)
+
+    def entries_of(self, owner: PartitionConsumer) -> list[tuple[int, int]]:
+        with self._lock:
+            return [(m.message_id().ledger_id, m.message_id().entry_id) for o, m in self._items if o is owner]
 
     def drop(self, owner: PartitionConsumer) -> int:
         """Remove every message of ``owner`` (reconnect, seek); returns how many."""
-        kept = deque(item for item in self._items if item[0] is not owner)
-        dropped = len(self._items) - len(kept)
-        self._items = kept
+        with self._lock:
+            kept = [item for item in self._items if item[0] is not owner]
+            dropped = len(self._items) - len(kept)
+            self._items.clear()
+            self._items.extend(kept)
         return dropped
 
     def take(self) -> tuple[PartitionConsumer, Message] | None:
-        if self._items:
-            return self._items.popleft()
+        with self._lock:
+            if self._items:
+                return self._items.popleft()
         self._changed.clear()
         return None
 
@@ -162,6 +187,8 @@ class PartitionConsumer:
         self._start_inclusive = config.start_message_id_inclusive
         self.last_dequeued: MessageId | None = None
         self._batches: dict[tuple[int, int], set[int]] = {}  # acked indexes of partly acked batches
+        self._batch_sizes: dict[tuple[int, int], int] = {}
+        self._thread_acks: deque[tuple[str, MessageId]] = deque()
         self._pending_acks: dict[tuple[int, int], list[int] | None] = {}
         self._pending_cumulative: tuple[MessageId, list[int] | None] | None = None
         self._ack_timer: asyncio.TimerHandle | None = None
@@ -224,7 +251,7 @@ class PartitionConsumer:
         self.connection = conn
         # Anything still queued from before is redelivered by the broker (or re-read by a reader).
         self.queue.drop(self)
-        self._batches.clear()
+        # _batches survives: acks of batch indexes made before the reconnect stay valid.
         self._consumed = 0
         self._set(HandlerState.READY)
         self.flush_acks()  # acks made while disconnected go first, or the broker would redeliver those
@@ -410,8 +437,10 @@ class PartitionConsumer:
         self.queue.put(self, Message(payload, mid, self.topic, md, single, redelivery_count))
 
     # -- receive bookkeeping ---------------------------------------------------------
-    def dequeued(self, msg: Message) -> None:
-        self.last_dequeued = msg.message_id()
+    def dequeued(self, msg: Message, *, track_position: bool = True) -> None:
+        """``msg`` left the queue: permits, ack timeout (the blocking API tracks the position itself)."""
+        if track_position:
+            self.last_dequeued = msg.message_id()
         self.consumed(1)
         timeout = self.config.unacked_messages_timeout_ms
         if timeout:
@@ -432,10 +461,11 @@ class PartitionConsumer:
             acked.add(mid.batch_index)
             if len(acked) < mid.batch_size:
                 if self.config.batch_index_ack_enabled:
-                    unacked = [i for i in range(mid.batch_size) if i not in acked]
-                    self._queue_ack(key, ack_set_for(mid.batch_size, unacked))
+                    self._batch_sizes[key] = mid.batch_size
+                    self._queue_ack(key, [])  # the ack_set is computed once, when acks are flushed
                 return
             del self._batches[key]
+            self._batch_sizes.pop(key, None)
         self._nacks.pop(key, None)  # not before: a nacked message of a batch is still to redeliver
         self._unacked.pop(key, None)
         self._queue_ack(key, None)
@@ -475,7 +505,30 @@ class PartitionConsumer:
                 return
             self._ack_timer = asyncio.get_running_loop().call_later(delay, self.flush_acks)
 
+    def ack_from_thread(self, kind: str, mid: MessageId) -> None:
+        """Record an ack made on another thread (blocking API); it is applied at the next flush or
+        resubscribe, so a reconnect can never overtake it."""
+        self._thread_acks.append((kind, mid))
+
+    def flush_acks_soon(self) -> None:
+        """Apply acks from other threads now and send them with the next grouped flush."""
+        self._apply_thread_acks()
+
+    def _apply_thread_acks(self) -> None:
+        while self._thread_acks:
+            kind, mid = self._thread_acks.popleft()
+            try:
+                if kind == "cumulative":
+                    self.acknowledge_cumulative(mid)
+                elif kind == "negative":
+                    self.negative_acknowledge(mid)
+                else:
+                    self.acknowledge(mid)
+            except AlreadyClosedError:
+                return
+
     def flush_acks(self) -> None:
+        self._apply_thread_acks()
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
@@ -488,6 +541,12 @@ class PartitionConsumer:
                 a.consumer_id = self.consumer_id
                 a.ack_type = pb.CommandAck.Individual
                 for (ledger, entry), ack_set in self._pending_acks.items():
+                    if ack_set is not None and not ack_set:  # a partly acked batch: its set, once
+                        acked = self._batches.get((ledger, entry), set())
+                        size = self._batch_sizes.get((ledger, entry), 0)
+                        if not size:
+                            continue  # nothing known about this batch any more: never ack it whole
+                        ack_set = ack_set_for(size, [i for i in range(size) if i not in acked])
                     m = a.message_id.add(ledgerId=ledger, entryId=entry)
                     if ack_set:
                         m.ack_set.extend(ack_set)
@@ -568,9 +627,7 @@ class PartitionConsumer:
         """Ask the broker to send every unacknowledged message again."""
         self._ack_ready()
         if self.config.consumer_type in (SubType.Shared, SubType.Key_Shared):
-            keys = sorted(
-                set(self._unacked) | {_entry(m.message_id()) for o, m in self.queue._items if o is self}
-            )
+            keys = sorted(set(self._unacked) | set(self.queue.entries_of(self)))
             self.queue.drop(self)
             self._redeliver(keys)
         else:
@@ -657,7 +714,7 @@ class PartitionConsumer:
         return MessageId.from_proto(r.last_message_id, self.partition), mark_delete
 
     async def has_message_available(self) -> bool:
-        if any(o is self for o, _m in self.queue._items):
+        if self.queue.holds(self):
             return True
         if self.end_of_topic:
             return False
@@ -786,6 +843,10 @@ class Consumer:
             out.append(msg)
             size += len(msg.data())
         return out
+
+    def owner_of(self, target: Message | MessageId) -> tuple[PartitionConsumer, MessageId]:
+        mid, topic = _target(target)
+        return self._owner(mid, topic), mid
 
     def acknowledge(self, target: Message | MessageId) -> None:
         mid, topic = _target(target)

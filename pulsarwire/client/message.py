@@ -41,8 +41,8 @@ class Message:
 
     def ordering_key(self) -> bytes:
         s = self._single
-        if s is not None and s.HasField("ordering_key"):
-            return s.ordering_key
+        if s is not None:  # a batched message has its own key or none (never the batch's first)
+            return s.ordering_key if s.HasField("ordering_key") else b""
         return self._metadata.ordering_key
 
     def publish_timestamp(self) -> int:
