@@ -41,7 +41,7 @@ proto: $(STAMP)
 		--python_out=pulsarwire/proto --mypy_out=pulsarwire/proto pulsarwire/proto/pulsar_api.proto
 
 bench: $(STAMP)
-	$(PY) bench/codec.py
+	$(PY) bench/run_all.py
 
 # atheris is optional: where no wheel installs, the runner uses its own mutation engine.
 fuzz: $(STAMP)

@@ -1,0 +1,52 @@
+"""``make bench``: run every benchmark, print the figures and write them to bench/results.md.
+
+Each benchmark is a separate process (``bench/codec.py``, ``bench/produce.py``,
+``bench/consume.py``); their output is copied verbatim under a heading, after the
+machine line. Sizes are moderate so the whole run takes a few minutes; pass
+``--full`` for the sizes the issues name (1M messages).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+from brokers import machine
+
+HERE = Path(__file__).resolve().parent
+
+
+def run(script: str, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(HERE / script), *args], capture_output=True, text=True, timeout=3000, check=False
+    )
+    out = proc.stdout.strip()
+    if proc.returncode != 0:
+        out += f"\n(exit code {proc.returncode})\n{proc.stderr.strip()[-2000:]}"
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--full", action="store_true", help="the issues' sizes (slow)")
+    args = p.parse_args()
+    n = "1000000" if args.full else "200000"
+    sections = [
+        ("Codec (bench/codec.py)", run("codec.py", "--batches", "1000" if args.full else "300")),
+        ("Produce (bench/produce.py)", run("produce.py", "--messages", n)),
+        ("Consume (bench/consume.py)", run("consume.py", "--messages", n)),
+    ]
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = ["# Benchmark results", "", f"Run {stamp}. {machine()}", ""]
+    for title, body in sections:
+        lines += [f"## {title}", "", "```", body, "```", ""]
+        print(f"== {title}\n{body}\n", flush=True)
+    (HERE / "results.md").write_text("\n".join(lines))
+    print(f"written to {HERE / 'results.md'}")
+
+
+if __name__ == "__main__":
+    main()
