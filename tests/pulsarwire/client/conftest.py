@@ -1,4 +1,7 @@
-"""The client tests use the broker suite's fixtures: our broker, and official clients as the judge."""
+"""The client tests use the broker suite's fixtures: our broker, and official clients as the judge.
+
+``pw`` / ``make_pw`` are pulsarwire clients (see consumer_support).
+"""
 
 from __future__ import annotations
 
@@ -10,3 +13,4 @@ from tests.pulsarwire.broker.conftest import (  # noqa: F401  (pytest finds fixt
     start_broker,
     topic,
 )
+from tests.pulsarwire.client.consumer_support import make_pw, pw  # noqa: F401

@@ -653,15 +653,9 @@ def _official_partitions(broker: Broker, official: pulsar.Client) -> dict[str, i
     return {k: min(p) for k, p in by_key.items()}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="official Python client = C++ core: keys hashed with BoostHash (its default, not settable "
-    "from Python), not Java's String.hashCode()",
-)
-def test_official_python_client_routes_keys_like_java(shared_broker: Broker, official: pulsar.Client) -> None:
-    chosen = _official_partitions(shared_broker, official)
-    java = {k: java_hash_reference(k) % NUM_PARTITIONS for k in KEYS if k}
-    assert {k: chosen[k] for k in java} == java
+# The official Python client cannot judge Java routing: its C++ core hashes keys with BoostHash
+# (not settable from Python), so only its one-partition-per-key behaviour is compared above; the
+# Java reference is computed from String.hashCode and was checked against a real JVM.
 
 
 # ---------------------------------------------------------------------------------------------
