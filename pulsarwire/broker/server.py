@@ -304,21 +304,18 @@ class Broker:
 
     def close_producers(self, topic: str) -> None:
         """Send CLOSE_PRODUCER to every producer of ``topic`` (clients look up again and reconnect)."""
-        name = str(TopicName.parse(topic))
-
-        def do() -> None:
-            for c in list(self.connections):
-                c.close_topic_producers(name)
-
-        self.call(do)
+        self._on_every_connection("close_topic_producers", topic)
 
     def close_consumers(self, topic: str) -> None:
         """Send CLOSE_CONSUMER to every consumer of ``topic``."""
+        self._on_every_connection("close_topic_consumers", topic)
+
+    def _on_every_connection(self, method: str, topic: str) -> None:
         name = str(TopicName.parse(topic))
 
         def do() -> None:
             for c in list(self.connections):
-                c.close_topic_consumers(name)
+                getattr(c, method)(name)
 
         self.call(do)
 
