@@ -32,12 +32,23 @@ from pulsarwire.proto import pb
 
 from .bulk import read_arrow
 from .consumer import Consumer as AsyncConsumer
+from .consumer import DeadLetterPolicy
 from .core import AsyncClient
 from .message import Message
 from .producer import Producer as AsyncProducer
 from .routing import HashingScheme, RoutingMode
 
 R = TypeVar("R")
+__all__ = [
+    "Client",
+    "CompressionType",
+    "Consumer",
+    "ConsumerType",
+    "DeadLetterPolicy",
+    "InitialPosition",
+    "Producer",
+    "Reader",
+]
 Callback = Callable[[BaseException | None, MessageId | None], None]
 
 

@@ -98,6 +98,20 @@ class ConsumerConfig:
     max_pending_chunked_message: int = 10
     expire_time_of_incomplete_chunked_message_ms: int = 60_000
     max_message_size: int = 5 * 1024 * 1024
+    dead_letter_policy: DeadLetterPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPolicy:
+    """After ``max_redeliver_count`` redeliveries a message goes to ``dead_letter_topic``
+    (default ``<topic>-<subscription>-DLQ``) and is acknowledged once that topic stored it."""
+
+    max_redeliver_count: int
+    dead_letter_topic: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_redeliver_count < 1:
+            raise InvalidConfigurationError("max_redeliver_count must be at least 1")
 
 
 class MessageQueue:
@@ -189,6 +203,8 @@ class PartitionConsumer:
         self._batches: dict[tuple[int, int], set[int]] = {}  # acked indexes of partly acked batches
         self._batch_sizes: dict[tuple[int, int], int] = {}
         self._thread_acks: deque[tuple[str, MessageId]] = deque()
+        self._dlq: Any = None  # the dead-letter producer, created on first use
+        self._dlq_candidates: dict[tuple[int, int, int], Message] = {}
         self._pending_acks: dict[tuple[int, int], list[int] | None] = {}
         self._pending_cumulative: tuple[MessageId, list[int] | None] | None = None
         self._ack_timer: asyncio.TimerHandle | None = None
@@ -434,7 +450,30 @@ class PartitionConsumer:
         redelivery_count: int,
     ) -> None:
         """One unpacked message: queued as a Message (the bulk reader overrides this to fill columns)."""
-        self.queue.put(self, Message(payload, mid, self.topic, md, single, redelivery_count))
+        msg = Message(payload, mid, self.topic, md, single, redelivery_count)
+        policy = self.config.dead_letter_policy
+        if policy is not None and redelivery_count >= policy.max_redeliver_count:
+            # As the Java client: still delivered; if it fails once more it goes to the DLQ instead.
+            self._dlq_candidates[_key(mid)] = msg
+        self.queue.put(self, msg)
+
+    async def _dead_letter(self, msg: Message, policy: DeadLetterPolicy) -> None:
+        """Store ``msg`` on the dead-letter topic, then acknowledge it here (never the other way round)."""
+        topic = policy.dead_letter_topic or f"{self.topic}-{self.config.subscription_name}-DLQ"
+        try:
+            if self._dlq is None:
+                self._dlq = await self.client.create_producer(topic, batching_enabled=False)
+            props = {**msg.properties(), "REAL_TOPIC": self.topic, "ORIGIN_MESSAGE_ID": str(msg.message_id())}
+            await self._dlq.send(msg.data(), properties=props, partition_key=msg.partition_key() or None)
+        except PulsarWireError as exc:
+            log.warning(
+                "consumer on %s: dead-lettering %s failed (%s); it will be redelivered",
+                self.topic,
+                msg.message_id(),
+                exc,
+            )
+            return
+        self.acknowledge(msg.message_id())
 
     # -- receive bookkeeping ---------------------------------------------------------
     def dequeued(self, msg: Message, *, track_position: bool = True) -> None:
@@ -454,6 +493,7 @@ class PartitionConsumer:
     def acknowledge(self, mid: MessageId) -> None:
         self._ack_ready()
         key = _entry(mid)
+        self._dlq_candidates.pop(_key(mid), None)
         for chunk in self._chunk_ids.pop(key, ()):  # a chunked message: ack every chunk's entry
             self._queue_ack(_entry(chunk), None)
         if mid.batch_index >= 0 and mid.batch_size > 0:
@@ -652,7 +692,18 @@ class PartitionConsumer:
                 for k in due:
                     self._nacks.pop(k, None)
                     self._unacked.pop(k, None)
-                self._redeliver(sorted(due))
+                policy = self.config.dead_letter_policy
+                doomed = [m for key, m in self._dlq_candidates.items() if key[:2] in due]
+                if policy is not None and doomed:
+                    for m in doomed:
+                        del self._dlq_candidates[_key(m.message_id())]
+                        self._tasks.append(
+                            asyncio.get_running_loop().create_task(self._dead_letter(m, policy))
+                        )
+                    gone = {_entry(m.message_id()) for m in doomed}
+                    due = [k for k in due if k not in gone]
+                if due:
+                    self._redeliver(sorted(due))
 
     # -- seek, last message id, close ------------------------------------------------
     async def _connected(self) -> Connection:
@@ -761,6 +812,8 @@ class PartitionConsumer:
                 log.debug("consumer on %s: close: %s", self.topic, exc)
             conn.consumers.pop(self.consumer_id, None)
         self.queue.drop(self)
+        if self._dlq is not None:
+            await self._dlq.close()
         self._set(HandlerState.CLOSED)
         self.queue.wake()
 
