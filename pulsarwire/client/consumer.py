@@ -128,6 +128,8 @@ class MessageQueue:
         self._changed = asyncio.Event()
         self.ready = threading.Condition()
         self.errors: deque[BaseException] = deque()
+        #: topic -> its PartitionConsumer, from the moment it exists (before the Consumer adds it)
+        self.owners: dict[str, PartitionConsumer] = {}
 
     def __len__(self) -> int:
         return len(self._items)
@@ -190,6 +192,7 @@ class PartitionConsumer:
         self.partition = partition
         self.config = config
         self.queue = queue
+        queue.owners[topic] = self  # its messages can be received (and acked) before Consumer.add
         self.state = HandlerState.UNINITIALIZED
         self.consumer_id = 0
         self.connection: Connection | None = None
@@ -401,9 +404,15 @@ class PartitionConsumer:
         try:
             messages = open_entry(md, ev.payload.payload, self.config.max_message_size)
             keep = set(unacked_indexes(ev.ack_set, len(messages))) if ev.ack_set else None
-            if (base.ledger_id, base.entry_id) in self._pending_acks:  # acked, the ack not sent yet
-                acked = self._pending_acks[(base.ledger_id, base.entry_id)]
-                mine = set(unacked_indexes(acked, len(messages))) if acked else set()
+            key = (base.ledger_id, base.entry_id)
+            if key in self._pending_acks:  # acked, the ack not sent yet: those are no news
+                acked = self._pending_acks[key]
+                if acked is None:
+                    mine: set[int] = set()
+                elif acked:
+                    mine = set(unacked_indexes(acked, len(messages)))
+                else:  # a partly acked batch, its ack_set made at the flush
+                    mine = set(range(len(messages))) - self._batches.get(key, set())
                 keep = mine if keep is None else keep & mine
         except PulsarWireError as exc:
             self.consumed(int(md.num_messages_in_batch) if md.HasField("num_messages_in_batch") else 1)
@@ -850,10 +859,12 @@ class Consumer:
         self._by_topic.update({p.topic: p for p in parts})
 
     def _owner(self, mid: MessageId, topic: str | None) -> PartitionConsumer:
+        if topic is not None:  # also a topic still being added (regex discovery)
+            owner = self._by_topic.get(topic) or self.queue.owners.get(topic)
+            if owner is not None:
+                return owner
         if len(self.parts) == 1:
             return self.parts[0]
-        if topic is not None and topic in self._by_topic:
-            return self._by_topic[topic]
         for p in self.parts:
             if p.partition == mid.partition and mid.partition >= 0:
                 return p

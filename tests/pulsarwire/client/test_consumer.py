@@ -278,6 +278,29 @@ def test_redeliver_unacknowledged_messages(client: pulsar.Client, pw: Client, to
     pw_assert_silent(consumer)
 
 
+def test_redelivery_before_the_grouped_acks_went_out_skips_only_the_acked(
+    client: pulsar.Client, pw: Client, topic: str
+) -> None:
+    # The acks wait (1 s grouping) while the broker sends the batches again: the consumer itself
+    # drops what it acknowledged, and only that.
+    consumer = pw.subscribe(
+        topic, "sub", consumer_type=ConsumerType.Shared, initial_position=EARLIEST, ack_group_time_ms=1000
+    )
+    values = produce(client, topic, 21, batching=True)  # 3 batches of 7
+    got = pw_receive_n(consumer, 21)
+    acked = {m.data() for m in got if number(m.data()) % 7 in (0, 3, 4) or number(m.data()) < 7}
+    for m in got:
+        if m.data() in acked:
+            consumer.acknowledge(m)
+    consumer.redeliver_unacknowledged_messages()
+    rest = [v for v in values if v not in acked]
+    assert [m.data() for m in pw_receive_n(consumer, len(rest), ack=True)] == rest
+    pw_assert_silent(consumer)
+    consumer.close()
+    consumer = pw.subscribe(topic, "sub", consumer_type=ConsumerType.Shared)
+    pw_assert_silent(consumer)
+
+
 def test_batch_index_ack_resubscribe_gets_only_the_unacked_indexes(
     shared_broker: Broker, client: pulsar.Client, pw: Client, topic: str
 ) -> None:
