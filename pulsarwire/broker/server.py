@@ -499,18 +499,12 @@ class ServerConnection(asyncio.Protocol):
         while self.transport is not None:
             try:
                 frame = self.decoder.next_frame()
-            except ChecksumMismatchError as exc:
-                cmd = cast(Any, exc.command)
-                if cmd is not None and cmd.type == T.SEND:
-                    self._send_error(cmd.send.producer_id, cmd.send.sequence_id, E.ChecksumError, str(exc))
-                    continue
-                log.warning("closing %s: %s", self.peer, exc)
-                self.close()
-                return
             except PayloadError as exc:
+                # A bad SEND payload fails that send only (the frame was consumed); anything else closes.
                 cmd = cast(Any, exc.command)
                 if cmd is not None and cmd.type == T.SEND:
-                    self._send_error(cmd.send.producer_id, cmd.send.sequence_id, E.UnknownError, str(exc))
+                    code = E.ChecksumError if isinstance(exc, ChecksumMismatchError) else E.UnknownError
+                    self._send_error(cmd.send.producer_id, cmd.send.sequence_id, code, str(exc))
                     continue
                 log.warning("closing %s: %s", self.peer, exc)
                 self.close()

@@ -9,6 +9,8 @@ import pulsar
 import pytest
 
 from pulsarwire.broker import Broker
+from pulsarwire.proto import pb
+from tests.helpers.raw import RawConnection
 from tests.pulsarwire.broker.support import (
     assert_exactly,
     assert_silent,
@@ -163,3 +165,33 @@ def test_message_over_max_size_without_chunking_is_refused(
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     assert reader.read_next(5000).data() == b"ok"
     assert_silent(reader)
+
+
+def test_corrupt_send_is_refused_and_the_connection_goes_on(shared_broker: Broker) -> None:
+    from pulsarwire.codec import encode_payload_command, new_command
+
+    topic = new_topic("crc")
+    conn = RawConnection.to(shared_broker.service_url)
+    try:
+        cmd, p = new_command(pb.BaseCommand.PRODUCER)
+        p.topic, p.producer_id, p.request_id = topic, 1, 1
+        conn.send(cmd)
+        conn.expect(pb.BaseCommand.PRODUCER_SUCCESS)
+
+        def send(seq: int, corrupt: bool) -> None:
+            cmd, s = new_command(pb.BaseCommand.SEND)
+            s.producer_id, s.sequence_id = 1, seq
+            md = pb.MessageMetadata(producer_name="raw", sequence_id=seq, publish_time=1)
+            frame = bytearray(encode_payload_command(cmd, md, b"payload"))
+            if corrupt:
+                frame[-1] ^= 0xFF
+            conn.sock.sendall(bytes(frame))
+
+        send(0, corrupt=True)
+        err = conn.expect(pb.BaseCommand.SEND_ERROR).command.send_error
+        assert (err.sequence_id, err.error) == (0, pb.ChecksumError)
+        send(1, corrupt=False)
+        assert conn.expect(pb.BaseCommand.SEND_RECEIPT).command.send_receipt.sequence_id == 1
+        assert shared_broker.stats(topic)["msg_in"] == 1  # only the good one was stored
+    finally:
+        conn.close()
