@@ -10,6 +10,7 @@ answers for at most ``MAX_REDIRECTS`` hops, echoing ``authoritative``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
@@ -288,16 +289,56 @@ class AsyncClient:
     async def _discover(
         self, consumer: Consumer, namespace: str, pattern: str, cfg: ConsumerConfig, period: float
     ) -> None:
-        """Regex subscriptions: pick up topics created after subscribing."""
-        while not consumer.closed:
-            await asyncio.sleep(period)
-            try:
-                found = {_parent(t) for t in await self.topics_of_namespace(namespace, pattern)}
-                for t in sorted(found - set(consumer.topics)):
-                    log.info("pattern %s: subscribing to new topic %s", pattern, t)
-                    await self._add_topic(consumer, t, cfg)
-            except PulsarWireError as exc:
-                log.warning("pattern %s: topic discovery failed: %s", pattern, exc)
+        """Regex subscriptions: pick up topics created after subscribing.
+
+        The namespace is listed again every ``period`` seconds and, where the broker supports topic
+        watchers, at once whenever it reports a new matching topic (WATCH_TOPIC_LIST).
+        """
+        look_now = asyncio.Event()
+        watch = await self._watch_topics(namespace, pattern, look_now)
+        try:
+            while not consumer.closed:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(look_now.wait(), period)
+                look_now.clear()
+                try:
+                    found = {_parent(t) for t in await self.topics_of_namespace(namespace, pattern)}
+                    for t in sorted(found - set(consumer.topics)):
+                        log.info("pattern %s: subscribing to new topic %s", pattern, t)
+                        await self._add_topic(consumer, t, cfg)
+                except PulsarWireError as exc:
+                    log.warning("pattern %s: topic discovery failed: %s", pattern, exc)
+        finally:
+            if watch is not None:
+                conn, watcher_id = watch
+                conn.watchers.pop(watcher_id, None)
+                cmd, c = new_command(T.WATCH_TOPIC_LIST_CLOSE)
+                c.watcher_id = watcher_id
+                with contextlib.suppress(PulsarWireError):
+                    conn.send_request_nowait(cmd)
+
+    async def _watch_topics(
+        self, namespace: str, pattern: str, look_now: asyncio.Event
+    ) -> tuple[Connection, int] | None:
+        """Register a topic-list watcher that sets ``look_now`` on every update (None if unsupported)."""
+        try:
+            conn = await self._service_connection()
+            if not conn.ready.result().feature_flags.supports_topic_watchers:
+                return None
+            watcher_id = conn.proto.new_consumer_id()
+            cmd, w = new_command(T.WATCH_TOPIC_LIST)
+            w.watcher_id = watcher_id
+            w.namespace = namespace
+            w.topics_pattern = pattern
+            conn.watchers[watcher_id] = _TopicListWatcher(look_now)
+            resp = await conn.request(cmd, self.operation_timeout)
+        except PulsarWireError as exc:
+            log.info("pattern %s: no topic watcher (%s); polling only", pattern, exc)
+            return None
+        if resp.is_error:
+            conn.watchers.pop(watcher_id, None)
+            return None
+        return conn, watcher_id
 
     async def create_reader(
         self,
@@ -331,6 +372,19 @@ class AsyncClient:
         await asyncio.gather(*(p.close() for p in self._producers), return_exceptions=True)
         await asyncio.gather(*(c.close() for c in self._consumers), return_exceptions=True)
         await self.pool.close()
+
+
+class _TopicListWatcher:
+    """Connection handler for WATCH_TOPIC_UPDATE: any news makes the discovery loop look again."""
+
+    def __init__(self, look_now: asyncio.Event) -> None:
+        self.look_now = look_now
+
+    def on_event(self, event: object) -> None:
+        self.look_now.set()
+
+    def connection_closed(self, connection: Connection) -> None:
+        self.look_now.set()
 
 
 def _parent(topic: str) -> str:

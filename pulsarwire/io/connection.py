@@ -197,6 +197,13 @@ class Connection(asyncio.Protocol):
                 f"no answer to {pb.BaseCommand.Type.Name(cmd.type)} from {self.url} in {timeout:.1f} s"
             ) from None
 
+    def send_request_nowait(self, cmd: pb.BaseCommand) -> None:
+        """Send a request whose answer nobody waits for (closing a watcher on the way out)."""
+        if self.is_closed:
+            raise ConnectionClosedError(f"connection to {self.url} is closed")
+        self.proto.send_request(cmd)
+        self._flush()
+
     def send(self, cmd: pb.BaseCommand) -> None:
         if self.is_closed:
             raise ConnectionClosedError(f"connection to {self.url} is closed")

@@ -175,3 +175,22 @@ def test_corrupt_entry_raises_naming_it_and_is_not_acked(
     consumer = pw.subscribe(topic, "sub")
     assert [m.data() for m in pw_receive_n(consumer, len(first_entry), ack=True)] == first_entry
     pw_assert_silent(consumer)
+
+
+def test_regex_subscription_learns_new_topics_from_the_topic_watcher(
+    client: pulsar.Client, pw: Client, shared_broker: Broker
+) -> None:
+    # Discovery polling is slowed down to a minute: only the broker's WATCH_TOPIC_UPDATE can be fast.
+    prefix = f"watched-{uuid.uuid4().hex[:8]}"
+    produce(client, f"persistent://public/default/{prefix}-0", [b"first"])
+    consumer = pw.subscribe(
+        re.compile(f"persistent://public/default/{prefix}-.*"),
+        "sub",
+        initial_position=EARLIEST,
+        pattern_auto_discovery_period=60,
+    )
+    assert pw_receive_n(consumer, 1, ack=True)[0].data() == b"first"
+    later = f"persistent://public/default/{prefix}-later"
+    produce(client, later, [b"from-the-new-topic"])
+    got = pw_receive_n(consumer, 1, ack=True, timeout_ms=5000)
+    assert got[0].data() == b"from-the-new-topic" and got[0].topic_name() == later
