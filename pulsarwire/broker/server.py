@@ -47,7 +47,7 @@ from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Identity, TokenAuth
 from .faults import Faults, corrupt
 from .naming import TopicName
 from .storage import Entry, TopicLog, stored_topics
-from .subscription import EARLIEST, ConsumerRef, Subscription
+from .subscription import EARLIEST, KEY_HASH_RANGE, ConsumerRef, Subscription
 from .topic import ProducerRef, SchemaVersion, Topic
 from .watch import TopicWatchers, Watcher, compile_topics_pattern, pattern_matches, topics_hash
 
@@ -922,6 +922,19 @@ class ServerConnection(asyncio.Protocol):
             req.priority_level,
             cast(Any, self),
         )
+        meta = req.keySharedMeta
+        if (
+            req.subType == SubType.Key_Shared
+            and req.HasField("keySharedMeta")
+            and meta.keySharedMode == pb.STICKY
+        ):
+            ranges = [(r.start, r.end) for r in meta.hashRanges]
+            if not ranges or any(not 0 <= a <= b < KEY_HASH_RANGE for a, b in ranges):
+                raise BrokerError(E.ConsumerAssignError, f"invalid sticky hash ranges {ranges}")
+            consumer.hash_ranges = ranges
+        refusal = sub.check_hash_ranges(consumer)
+        if refusal is not None:
+            raise BrokerError(E.ConsumerAssignError, refusal)
         self.consumers[req.consumer_id] = (consumer, topic, sub)
         self._success(req.request_id)
         sub.add_consumer(consumer)

@@ -81,6 +81,11 @@ class ConsumerRef:
     pending: set[Position] = field(default_factory=set)
     delivered: int = 0
     connected: bool = True
+    #: Key_Shared STICKY: the inclusive hash ranges this consumer owns (None: auto-split)
+    hash_ranges: list[tuple[int, int]] | None = None
+
+    def owns(self, slot: int) -> bool:
+        return any(start <= slot <= end for start, end in self.hash_ranges or ())
 
 
 class Subscription:
@@ -134,6 +139,19 @@ class Subscription:
     # -- consumers -----------------------------------------------------------------
     def is_acked(self, pos: Position) -> bool:
         return pos <= self.mark_delete or pos in self.acked
+
+    def check_hash_ranges(self, consumer: ConsumerRef) -> str | None:
+        """Why ``consumer`` cannot join a Key_Shared subscription (None when it can)."""
+        if self.sub_type != SubType.Key_Shared or not self.consumers:
+            return None
+        if (consumer.hash_ranges is None) != (self.consumers[0].hash_ranges is None):
+            return "Key_Shared mode (auto-split or sticky) differs from the connected consumers"
+        for start, end in consumer.hash_ranges or ():
+            for other in self.consumers:
+                for o_start, o_end in other.hash_ranges or ():
+                    if start <= o_end and o_start <= end:
+                        return f"hash range [{start}, {end}] overlaps [{o_start}, {o_end}] of {other.name}"
+        return None
 
     def add_consumer(self, consumer: ConsumerRef) -> None:
         if self.sub_type == SubType.Key_Shared and self.consumers and self.read_pos > self.mark_delete:
@@ -302,8 +320,11 @@ class Subscription:
             c = self._active
             return c if c is not None and c.permits > 0 else None
         if self.sub_type == SubType.Key_Shared:
-            ordered = self._sorted_for_failover()
             slot = murmur3_32(entry.key) % KEY_HASH_RANGE
+            if self.consumers[0].hash_ranges is not None:  # STICKY: the consumer owning the slot, if any
+                owner = next((c for c in self.consumers if c.owns(slot)), None)
+                return owner if owner is not None and owner.permits > 0 else None
+            ordered = self._sorted_for_failover()
             c = ordered[slot * len(ordered) // KEY_HASH_RANGE]
             limit = self._recently_joined.get(c)
             if limit is not None:

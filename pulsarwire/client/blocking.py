@@ -32,7 +32,7 @@ from pulsarwire.proto import pb
 
 from .bulk import read_arrow
 from .consumer import Consumer as AsyncConsumer
-from .consumer import DeadLetterPolicy
+from .consumer import DeadLetterPolicy, KeySharedPolicy
 from .core import AsyncClient
 from .message import Message
 from .producer import Producer as AsyncProducer
@@ -46,6 +46,7 @@ __all__ = [
     "ConsumerType",
     "DeadLetterPolicy",
     "InitialPosition",
+    "KeySharedPolicy",
     "Producer",
     "Reader",
 ]

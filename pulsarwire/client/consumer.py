@@ -99,6 +99,21 @@ class ConsumerConfig:
     expire_time_of_incomplete_chunked_message_ms: int = 60_000
     max_message_size: int = 5 * 1024 * 1024
     dead_letter_policy: DeadLetterPolicy | None = None
+    key_shared_policy: KeySharedPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeySharedPolicy:
+    """Key_Shared options: ``sticky_ranges`` (inclusive slots of 0..65535) pin keys to this consumer;
+    without them the broker splits the hash range between consumers (auto-split)."""
+
+    sticky_ranges: tuple[tuple[int, int], ...] = ()
+    allow_out_of_order_delivery: bool = False
+
+    def __post_init__(self) -> None:
+        for start, end in self.sticky_ranges:
+            if not 0 <= start <= end < 65536:
+                raise InvalidConfigurationError(f"hash range [{start}, {end}] is outside 0..65535")
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +266,13 @@ class PartitionConsumer:
         s.durable = cfg.durable
         s.initialPosition = cast(Any, cfg.initial_position)
         s.read_compacted = cfg.is_read_compacted
+        policy = cfg.key_shared_policy
+        if policy is not None and cfg.consumer_type == SubType.Key_Shared:
+            meta = s.keySharedMeta
+            meta.keySharedMode = pb.STICKY if policy.sticky_ranges else pb.AUTO_SPLIT
+            for lo, hi in policy.sticky_ranges:
+                meta.hashRanges.add(start=lo, end=hi)
+            meta.allowOutOfOrderDelivery = policy.allow_out_of_order_delivery
         if not cfg.durable:
             if self.last_dequeued is not None:  # resume after the last message handed out, not at it
                 self._start, self._start_inclusive = self.last_dequeued, False

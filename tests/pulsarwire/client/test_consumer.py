@@ -393,3 +393,41 @@ def test_batch_receive_last_message_id_unsubscribe_close(
         consumer.receive(100)
     with pytest.raises(AlreadyClosedError):
         consumer.acknowledge(new)
+
+
+def test_key_shared_sticky_ranges_pin_keys_and_refuse_overlaps(shared_broker: Broker, pw: Client) -> None:
+    from pulsarwire.client.blocking import KeySharedPolicy
+    from pulsarwire.codec.hashing import murmur3_32
+    from pulsarwire.errors import ConsumerAssignError, OperationTimeoutError
+    from tests.pulsarwire.broker.support import new_topic
+
+    topic = new_topic("sticky")
+    halves = [((0, 32767),), ((32768, 65535),)]
+    consumers = [
+        pw.subscribe(
+            topic,
+            "sub",
+            consumer_type=ConsumerType.KeyShared,
+            initial_position=InitialPosition.Earliest,
+            key_shared_policy=KeySharedPolicy(sticky_ranges=ranges),
+        )
+        for ranges in halves
+    ]
+    with pytest.raises(ConsumerAssignError):
+        pw.subscribe(
+            topic,
+            "sub",
+            consumer_type=ConsumerType.KeyShared,
+            key_shared_policy=KeySharedPolicy(sticky_ranges=((30000, 40000),)),
+        )
+    producer = pw.create_producer(topic, batching_enabled=False)
+    keys = [f"key-{i}" for i in range(40)]
+    for k in keys:
+        producer.send(k.encode(), partition_key=k)
+    for index, consumer in enumerate(consumers):
+        lo, hi = halves[index][0]
+        mine = [k for k in keys if lo <= murmur3_32(k.encode()) % 65536 <= hi]
+        got = [consumer.receive(5000).data().decode() for _ in mine]
+        assert sorted(got) == sorted(mine)
+        with pytest.raises(OperationTimeoutError):
+            consumer.receive(300)
