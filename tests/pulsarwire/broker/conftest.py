@@ -68,6 +68,12 @@ def client(shared_broker: Broker, make_client: Callable[[Broker], pulsar.Client]
     return make_client(shared_broker)
 
 
+@pytest.fixture(params=[False, True], ids=["single", "batched"])
+def batching(request: pytest.FixtureRequest) -> bool:
+    """Tests that take it run twice: producer batching off, then on."""
+    return bool(request.param)
+
+
 @pytest.fixture
 def topic() -> str:
     return new_topic()

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import pulsar
 
@@ -37,8 +38,14 @@ def payloads(n: int, prefix: str = "m") -> list[bytes]:
 
 def send_all(producer: pulsar.Producer, values: Iterable[bytes], **kwargs: object) -> list[pulsar.MessageId]:
     """Send asynchronously (so batching applies), flush, return the receipts in send order."""
-    values = list(values)
-    ids: list[pulsar.MessageId | None] = [None] * len(values)
+    return send_each(producer, [(v, dict(kwargs)) for v in values])
+
+
+def send_each(
+    producer: pulsar.Producer, messages: list[tuple[bytes, dict[str, Any]]]
+) -> list[pulsar.MessageId]:
+    """Send ``(payload, send_async kwargs)`` pairs asynchronously (batching applies), flush, return ids."""
+    ids: list[pulsar.MessageId | None] = [None] * len(messages)
     errors: list[object] = []
 
     def callback_for(i: int) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
@@ -49,8 +56,8 @@ def send_all(producer: pulsar.Producer, values: Iterable[bytes], **kwargs: objec
 
         return done
 
-    for i, v in enumerate(values):
-        producer.send_async(v, callback_for(i), **kwargs)  # type: ignore[arg-type]
+    for i, (payload, kwargs) in enumerate(messages):
+        producer.send_async(payload, callback_for(i), **kwargs)
     producer.flush()
     deadline = time.monotonic() + 10
     while any(x is None for x in ids) and not errors and time.monotonic() < deadline:

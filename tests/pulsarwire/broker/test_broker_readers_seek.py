@@ -19,11 +19,6 @@ from tests.pulsarwire.broker.support import (
 )
 
 
-@pytest.fixture(params=[False, True], ids=["single", "batched"])
-def batching(request: pytest.FixtureRequest) -> bool:
-    return bool(request.param)
-
-
 def _produce(
     client: pulsar.Client, topic: str, n: int, batching: bool
 ) -> tuple[list[bytes], list[pulsar.MessageId]]:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from tests.pulsarwire.broker.conftest import (  # noqa: F401  (pytest finds fixtures by name)
+    batching,
     broker,
     client,
     make_client,

@@ -10,7 +10,6 @@ messages of either client to comparable records.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,7 +21,7 @@ from pulsarwire.client.blocking import Client, Consumer, Reader
 from pulsarwire.client.message import Message
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import OperationTimeoutError
-from tests.pulsarwire.broker.support import SILENCE_MS
+from tests.pulsarwire.broker.support import SILENCE_MS, send_each  # noqa: F401  (re-exported)
 
 Position = tuple[int, int, int]
 
@@ -114,32 +113,6 @@ def record(msg: Message | pulsar.Message) -> dict[str, Any]:
         "redelivery_count": msg.redelivery_count(),
         "topic": msg.topic_name(),
     }
-
-
-def send_each(
-    producer: pulsar.Producer, messages: list[tuple[bytes, dict[str, Any]]]
-) -> list[pulsar.MessageId]:
-    """Send ``(payload, send_async kwargs)`` pairs asynchronously (batching applies), flush, return ids."""
-    ids: list[pulsar.MessageId | None] = [None] * len(messages)
-    errors: list[object] = []
-
-    def callback_for(i: int) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
-        def done(res: pulsar.Result, mid: pulsar.MessageId) -> None:
-            if res != pulsar.Result.Ok:
-                errors.append(res)
-            ids[i] = mid
-
-        return done
-
-    for i, (payload, kwargs) in enumerate(messages):
-        producer.send_async(payload, callback_for(i), **kwargs)
-    producer.flush()
-    deadline = time.monotonic() + 10
-    while any(x is None for x in ids) and not errors and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not errors, f"send failed: {errors}"
-    assert all(x is not None for x in ids), "send receipts missing"
-    return [x for x in ids if x is not None]
 
 
 def on_client_loop(client: Client, fn: Callable[[], None]) -> None:

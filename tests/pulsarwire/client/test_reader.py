@@ -23,11 +23,6 @@ from tests.pulsarwire.client.consumer_support import (
 )
 
 
-@pytest.fixture(params=[False, True], ids=["single", "batched"])
-def batching(request: pytest.FixtureRequest) -> bool:
-    return bool(request.param)
-
-
 def produce(
     client: pulsar.Client, topic: str, n: int, batching: bool, prefix: str = "m"
 ) -> tuple[list[bytes], list[pulsar.MessageId]]:
