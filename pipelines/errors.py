@@ -1,0 +1,44 @@
+"""Errors of the pipelines package: one root, each names what the user must fix.
+
+Option errors name the option (``startingOffsets: ...``); job errors (issue 7)
+name the job file and the YAML key. Everything raised from a Spark task or the
+driver that is our fault to explain derives from :class:`PipelinesError`.
+"""
+
+from __future__ import annotations
+
+
+class PipelinesError(Exception):
+    """Root of every error raised by ``pipelines``."""
+
+
+class OptionError(PipelinesError, ValueError):
+    """A data source option is missing, unknown, malformed or conflicts with another."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+
+
+class DataLossError(PipelinesError):
+    """A position the stream must read from no longer exists (retention, trimming).
+
+    ``topic`` is the topic-partition, ``missing_from``/``missing_to`` the range that is gone.
+    """
+
+    def __init__(self, topic: str, missing_from: str, missing_to: str, hint: str = "") -> None:
+        super().__init__(
+            f"{topic}: messages after {missing_from} up to {missing_to} are no longer available "
+            f"(removed by retention or trimming){hint}"
+        )
+        self.topic = topic
+        self.missing_from = missing_from
+        self.missing_to = missing_to
+
+
+class SinkError(PipelinesError):
+    """Writing to Pulsar failed; the Spark task fails rather than dropping rows."""
+
+
+class OffsetStoreError(PipelinesError):
+    """The Delta offset store could not be read or written."""

@@ -1,0 +1,38 @@
+"""pytest fixtures: our broker on a free loopback port, torn down after the test.
+
+* ``pulsar_broker`` — an in-memory :class:`~pulsarwire.broker.Broker` with
+  deduplication on (what exactly-once producing needs), one per test.
+* ``pulsar_broker_factory`` — start brokers with your own configuration
+  (``pulsar_broker_factory(data_dir=tmp_path, deduplication=False)``); all are
+  stopped at teardown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from pulsarwire.broker import Broker
+
+
+@pytest.fixture
+def pulsar_broker_factory() -> Iterator[Callable[..., Broker]]:
+    started: list[Broker] = []
+
+    def start(**config: Any) -> Broker:
+        config.setdefault("deduplication", True)
+        b = Broker(**config).start()
+        started.append(b)
+        return b
+
+    yield start
+    for b in reversed(started):
+        b.stop()
+
+
+@pytest.fixture
+def pulsar_broker(pulsar_broker_factory: Callable[..., Broker]) -> Broker:
+    """A running broker; ``pulsar_broker.service_url`` is its ``pulsar://127.0.0.1:PORT``."""
+    return pulsar_broker_factory()
