@@ -37,19 +37,19 @@ class PulsarWireDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from .source import PulsarBatchReader
 
-        return PulsarBatchReader(dict(self.options), schema)
+        return PulsarBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .source import PulsarStreamReader
 
-        return PulsarStreamReader(dict(self.options), schema)
+        return PulsarStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink import PulsarBatchWriter
 
-        return PulsarBatchWriter(dict(self.options), schema, overwrite)
+        return PulsarBatchWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .sink import PulsarStreamWriter
 
-        return PulsarStreamWriter(dict(self.options), schema, overwrite)
+        return PulsarStreamWriter(self.options, schema, overwrite)

@@ -3,7 +3,8 @@
 A :class:`Position` is "everything up to and including this message has been
 taken": ``ledger:entry:batch``, where batch ``-1`` means the whole entry (a
 non-batched message, or every message of a batch). ``Position.EARLIEST``
-(``-1:-1:-1``) means nothing has been taken yet. Positions are exclusive
+(``-1:-1:-1``) means nothing has been taken yet, and ``L:-1:-1`` means
+everything before ledger ``L``. Positions are exclusive
 starts and inclusive ends of the ranges Spark reads, and the rows of the Delta
 offset store.
 
@@ -69,7 +70,7 @@ class Position:
         ledger, entry, batch = (int(p) for p in t.split(":"))
         if ledger < 0 and (ledger, entry, batch) != (-1, -1, -1):
             raise OptionError(option, f"not a position: {text!r} (only -1:-1:-1 may be negative)")
-        if ledger >= 0 and (entry < 0 or batch < -1):
+        if ledger >= 0 and (entry < -1 or batch < -1 or (entry == -1 and batch != -1)):
             raise OptionError(option, f"not a position: {text!r}")
         return cls(ledger, entry, batch)
 
@@ -82,8 +83,10 @@ class Position:
     @classmethod
     def of(cls, mid: MessageId) -> Position:
         """The position of a message id (a batched id keeps its batch index)."""
-        if mid.ledger_id < 0 or mid.entry_id < 0:
+        if mid.ledger_id < 0:
             return cls.EARLIEST
+        if mid.entry_id < 0:
+            return cls(mid.ledger_id, -1, -1)
         return cls(mid.ledger_id, mid.entry_id, mid.batch_index)
 
 

@@ -152,6 +152,11 @@ class Client:
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._core.get_topic_partitions(topic))
 
+    def get_topics_of_namespace(self, namespace: str, pattern: str | None = None) -> list[str]:
+        """Persistent topics (partitions listed one by one) of ``tenant/namespace``, full-matching
+        ``pattern`` when given (a partition matches when its parent topic does)."""
+        return self._run(self._core.topics_of_namespace(namespace, pattern))
+
     def close(self) -> None:
         if self._closed:
             return
@@ -434,6 +439,10 @@ class Consumer(_Receiving):
 
     def get_last_message_id(self) -> MessageId:
         return self._client._run(self._core.get_last_message_id())
+
+    def get_backlog(self) -> dict[str, int]:
+        """topic-partition → messages not yet acknowledged on this subscription, as the broker counts."""
+        return self._client._run(self._core.backlog())
 
     def unsubscribe(self) -> None:
         self._calls.drain()

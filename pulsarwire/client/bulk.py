@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
 
 from pulsarwire.codec.entry import EntryMessage
-from pulsarwire.codec.message_id import MessageId
+from pulsarwire.codec.message_id import MessageId, serialize_batch_ids
 from pulsarwire.errors import OperationTimeoutError
 from pulsarwire.proto import pb
 
@@ -46,6 +46,7 @@ COLUMNS = (
     "properties",
     "producer_name",
     "sequence_id",
+    "message_id",
 )
 
 
@@ -66,6 +67,7 @@ def arrow_schema() -> pa.Schema:
             ("properties", pa.map_(pa.string(), pa.string())),
             ("producer_name", pa.string()),
             ("sequence_id", pa.int64()),
+            ("message_id", pa.binary()),
         ]
     )
 
@@ -74,6 +76,16 @@ def _past(mid: MessageId, end: MessageId) -> bool:
     if end.batch_index < 0 or mid.batch_index < 0:
         return (mid.ledger_id, mid.entry_id) > (end.ledger_id, end.entry_id)
     return (mid.ledger_id, mid.entry_id, mid.batch_index) > (end.ledger_id, end.entry_id, end.batch_index)
+
+
+def _after(end: MessageId, start: MessageId) -> bool:
+    """True when the range (start, end] holds something; batch index -1 means the whole entry."""
+    whole = 1 << 62
+    return (end.ledger_id, end.entry_id, whole if end.batch_index < 0 else end.batch_index) > (
+        start.ledger_id,
+        start.entry_id,
+        whole if start.batch_index < 0 else start.batch_index,
+    )
 
 
 def _at_end(mid: MessageId, md: pb.MessageMetadata, end: MessageId) -> bool:
@@ -98,6 +110,8 @@ class _ColumnReader(PartitionConsumer):
         self.rows = 0
         self.cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
         self.arrived = asyncio.Event()
+        #: (ledger_id, entry_id) of the first entry the broker delivered, before any filtering
+        self.first_entry: tuple[int, int] | None = None
 
     def on_event(self, event: Any) -> None:
         super().on_event(event)
@@ -113,6 +127,8 @@ class _ColumnReader(PartitionConsumer):
         redelivery_count: int,
     ) -> None:
         """Whole entries inside the range go into the columns at once, without a MessageId each."""
+        if self.first_entry is None:
+            self.first_entry = (base.ledger_id, base.entry_id)
         end = self.end
         whole = (
             keep is None
@@ -122,6 +138,9 @@ class _ColumnReader(PartitionConsumer):
         )
         if not whole or not batch_size:
             super()._deliver_entry(base, md, messages, keep, batch_size, redelivery_count)
+            if not self.finished and (base.ledger_id, base.entry_id) >= (end.ledger_id, end.entry_id):
+                self.finished = True  # the end entry is through, even if all of it was before the start
+                self.arrived.set()
             return
         n = len(messages)
         c = self.cols
@@ -147,6 +166,7 @@ class _ColumnReader(PartitionConsumer):
             s.sequence_id if s is not None and s.HasField("sequence_id") else first_seq + i
             for i, s in enumerate(singles)
         )
+        c["message_id"].extend(serialize_batch_ids(base.ledger_id, base.entry_id, self.partition, n))
         self.rows += n
         self.last_dequeued = MessageId(base.ledger_id, base.entry_id, self.partition, n - 1, n)
         self.arrived.set()
@@ -192,6 +212,7 @@ class _ColumnReader(PartitionConsumer):
         c["properties"].append(props)
         c["producer_name"].append(md.producer_name)
         c["sequence_id"].append(seq)
+        c["message_id"].append(mid.serialize())
         self.rows += 1
         self.last_dequeued = mid
         if _at_end(mid, md, self.end):
@@ -209,8 +230,13 @@ async def read_arrow(
     batch_rows: int = 10_000,
     receiver_queue_size: int = 10_000,
     idle_timeout: float | None = None,
+    on_first: Callable[[MessageId], None] | None = None,
 ) -> AsyncGenerator[pa.RecordBatch, None]:
     """Yield the messages in (start, end] of one topic-partition as RecordBatches.
+
+    ``on_first`` is called once, before any rows are yielded, with the id of the
+    first entry the broker delivered (batch index -1): a caller checks it for a
+    gap after ``start`` (data removed by retention) and may raise to stop.
 
     Raises CorruptMessageError for an entry that fails validation and
     OperationTimeoutError when nothing arrives for ``idle_timeout`` seconds
@@ -219,7 +245,7 @@ async def read_arrow(
     import pyarrow as pa
 
     schema = arrow_schema()
-    if end.entry_id < 0 or (start.ledger_id >= 0 and not _past(end, start)):
+    if end.entry_id < 0 or (start.ledger_id >= 0 and not _after(end, start)):
         return
     # Permits come back as rows are handed out: the queue must hold at least two batches.
     receiver_queue_size = max(receiver_queue_size, 2 * batch_rows)
@@ -238,6 +264,9 @@ async def read_arrow(
         while True:
             if reader.queue.errors:
                 raise reader.queue.errors.popleft()
+            if on_first is not None and reader.first_entry is not None:
+                on_first(MessageId(*reader.first_entry, reader.partition))
+                on_first = None
             if reader.rows >= batch_rows or (reader.finished and reader.rows):
                 rows = reader.rows
                 cols = reader.take()

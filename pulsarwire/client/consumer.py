@@ -780,6 +780,16 @@ class PartitionConsumer:
     async def get_last_message_id(self) -> MessageId:
         return (await self._last_message_id())[0]
 
+    async def backlog(self) -> int:
+        """Messages of this subscription not yet acknowledged, as the broker counts them (CONSUMER_STATS)."""
+        conn = await self._connected()
+        cmd, g = new_command(T.CONSUMER_STATS)
+        g.consumer_id = self.consumer_id
+        resp = await conn.request(cmd, self.client.operation_timeout)
+        if resp.is_error:
+            raise resp.error()
+        return int(resp.command.consumerStatsResponse.msgBacklog)
+
     async def _last_message_id(self) -> tuple[MessageId, tuple[int, int] | None]:
         """The last message id of the topic and the subscription's mark-delete position (if sent)."""
         conn = await self._connected()
@@ -960,6 +970,11 @@ class Consumer:
         if len(self.parts) != 1:
             raise InvalidConfigurationError("get_last_message_id needs a single topic-partition")
         return await self.parts[0].get_last_message_id()
+
+    async def backlog(self) -> dict[str, int]:
+        """topic-partition → messages not yet acknowledged on this subscription (broker's count)."""
+        counts = await asyncio.gather(*(p.backlog() for p in self.parts))
+        return {p.topic: n for p, n in zip(self.parts, counts, strict=True)}
 
     async def has_message_available(self) -> bool:
         results = await asyncio.gather(*(p.has_message_available() for p in self.parts))

@@ -1,0 +1,310 @@
+"""Driver-side planning for the ``pulsarwire`` source (no Spark in here).
+
+* :class:`TopicSelector` — ``topic`` | ``topics`` | ``topicsPattern`` resolved to
+  topic-partition names (a partitioned topic expands to its partitions).
+* :class:`Planner` — holds one pulsarwire client on the driver and answers the
+  questions a micro-batch needs: which partitions exist now, the last message
+  of each (GET_LAST_MESSAGE_ID), the position just before the first message
+  published at or after a time, and how far to read so that a batch respects
+  ``maxMessagesPerTrigger`` / ``maxBytesPerTrigger`` (:meth:`Planner.advance`).
+* The backlog-holding subscription: with a ``subscriptionName`` the planner keeps
+  a durable, zero-permit consumer per topic-partition. It never receives
+  messages; it answers GET_LAST_MESSAGE_ID and the backlog count, and it is
+  acknowledged cumulatively (:meth:`Planner.release`) only up to positions the
+  caller says are committed downstream. A position in the middle of a batch
+  releases only the entries before it.
+
+Pulsar has no message offsets: counting messages between two positions means
+reading them. So limits are enforced by scanning forward on the driver (message
+ids and value sizes only are kept), once per batch and only as far as the limit;
+without limits nothing is scanned.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pulsarwire.codec.message_id import MessageId
+from pulsarwire.errors import OperationTimeoutError
+
+from .errors import OptionError
+from .options import ClientSettings
+from .positions import Offsets, Position
+
+log = logging.getLogger("pipelines.source")
+
+_PARTITION = re.compile(r"^(?P<parent>.+)-partition-(?P<n>\d+)$")
+
+
+def partition_of(topic_partition: str) -> int:
+    """The partition index in ``...-partition-N`` (-1 for a non-partitioned topic)."""
+    m = _PARTITION.match(topic_partition)
+    return int(m.group("n")) if m else -1
+
+
+def full_topic_name(topic: str) -> str:
+    topic = topic.strip()
+    if "://" in topic:
+        return topic
+    parts = topic.split("/")
+    return f"persistent://public/default/{topic}" if len(parts) == 1 else f"persistent://{topic}"
+
+
+@dataclass(frozen=True)
+class TopicSelector:
+    """Exactly one of ``topic``, ``topics`` (comma list) and ``topicsPattern``."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> TopicSelector:
+        given = [k for k in ("topic", "topics", "topicsPattern") if options.get(k)]
+        if len(given) != 1:
+            raise OptionError(
+                "topic",
+                "give exactly one of topic, topics, topicsPattern"
+                + (f" (got {', '.join(given)})" if given else ""),
+            )
+        key = given[0]
+        value = options[key]
+        if key == "topicsPattern":
+            pattern = full_topic_name(value)
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise OptionError("topicsPattern", f"not a regular expression: {exc}") from None
+            return cls(pattern=pattern)
+        names = tuple(full_topic_name(t) for t in value.split(",") if t.strip())
+        if not names:
+            raise OptionError(key, "no topic named")
+        return cls(topics=names)
+
+    def namespace(self) -> str:
+        assert self.pattern is not None
+        return "/".join(self.pattern.split("://", 1)[1].split("/")[:2])
+
+    def resolve(self, client: Any) -> list[str]:
+        """Every topic-partition selected now, sorted."""
+        found: set[str] = set()
+        if self.pattern is not None:
+            found.update(client.get_topics_of_namespace(self.namespace(), self.pattern))
+        for t in self.topics:
+            found.update(client.get_topic_partitions(t))
+        return sorted(found)
+
+
+@dataclass(frozen=True)
+class Scan:
+    """How far a partition was scanned: the last position taken and what it held."""
+
+    position: Position
+    rows: int
+    bytes: int
+    more: bool  # rows remained before the partition's end
+
+
+class Planner:
+    """Planning state of one query on the driver; close() it when the query stops."""
+
+    def __init__(
+        self,
+        settings: ClientSettings,
+        selector: TopicSelector,
+        *,
+        subscription: str | None = None,
+        poll_timeout_ms: int = 30_000,
+    ) -> None:
+        self.settings = settings
+        self.selector = selector
+        self.subscription = subscription
+        self.poll_timeout_ms = poll_timeout_ms
+        self._client: Any = None
+        self._watchers: dict[str, Any] = {}  # topic-partition -> zero-permit consumer
+
+    # -- plumbing -------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self.settings.client()
+        return self._client
+
+    def close(self) -> None:
+        for c in self._watchers.values():
+            try:
+                c.close()
+            except Exception as exc:  # closing is best effort; the broker drops them with the connection
+                log.debug("closing %s: %s", c.topic(), exc)
+        self._watchers.clear()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _watcher(self, tp: str) -> Any:
+        """The consumer that answers GET_LAST_MESSAGE_ID for ``tp`` (and holds its backlog if durable)."""
+        w = self._watchers.get(tp)
+        if w is None:
+            durable = self.subscription is not None
+            from pulsarwire.client.blocking import ConsumerType, InitialPosition
+
+            w = self.client.subscribe(
+                tp,
+                self.subscription or f"pipelines-plan-{uuid.uuid4().hex[:12]}",
+                consumer_type=ConsumerType.Failover,
+                initial_position=InitialPosition.Earliest,
+                receiver_queue_size=0,
+                durable=durable,
+            )
+            self._watchers[tp] = w
+        return w
+
+    # -- questions ------------------------------------------------------------------
+    def partitions(self) -> list[str]:
+        return self.selector.resolve(self.client)
+
+    def latest(self, partitions: Iterable[str]) -> Offsets:
+        """The position of the last message of each partition (EARLIEST when it is empty)."""
+        out: dict[str, Position] = {}
+        for tp in partitions:
+            mid = self._watcher(tp).get_last_message_id()
+            pos = Position.of(mid)
+            if pos.batch_index >= 0:  # the last message of the last entry: that whole entry
+                pos = Position(pos.ledger_id, pos.entry_id, -1)
+            out[tp] = pos
+        return Offsets(out)
+
+    def backlog(self) -> dict[str, int]:
+        """Messages not yet released per partition (needs the durable subscription)."""
+        if self.subscription is None:
+            return {}
+        return {tp: sum(w.get_backlog().values()) for tp, w in self._watchers.items()}
+
+    def release(self, offsets: Offsets) -> None:
+        """Acknowledge the durable subscription cumulatively up to ``offsets`` (committed positions).
+
+        A position inside a batch releases only the entries before that batch's entry, so
+        nothing that is not committed is ever released.
+        """
+        if self.subscription is None:
+            return
+        for tp, pos in offsets.items():
+            if pos.is_earliest or pos.entry_id < 0:
+                continue
+            if pos.batch_index >= 0:
+                if pos.entry_id == 0:
+                    continue
+                target = MessageId(pos.ledger_id, pos.entry_id - 1, partition_of(tp))
+            else:
+                target = MessageId(pos.ledger_id, pos.entry_id, partition_of(tp))
+            self._watcher(tp).acknowledge_cumulative(target)
+
+    def position_before_time(self, tp: str, time_ms: int) -> Position | None:
+        """The position just before the first message of ``tp`` published at or after ``time_ms``.
+
+        None when no such message exists yet.
+        """
+        reader = self.client.create_reader(tp, MessageId.EARLIEST, receiver_queue_size=1)
+        try:
+            reader.seek(time_ms)
+            if not reader.has_message_available():
+                return None
+            try:
+                msg = reader.read_next(timeout_millis=self.poll_timeout_ms)
+            except OperationTimeoutError:
+                return None
+            mid = msg.message_id()
+        finally:
+            reader.close()
+        if mid.batch_index > 0:
+            return Position(mid.ledger_id, mid.entry_id, mid.batch_index - 1)
+        return Position(mid.ledger_id, mid.entry_id - 1, -1)
+
+    def scan(self, tp: str, start: Position, end: Position, max_rows: int | None, max_bytes: int | None) -> Scan:
+        """Read ids and sizes after ``start`` until a limit is reached or ``end``; at least one row.
+
+        ``more`` tells whether rows remain between the returned position and ``end``.
+        """
+        if not start < end:
+            return Scan(start, 0, 0, False)
+        rows = nbytes = 0
+        position = start
+        batch_rows = min(max_rows or 10_000, 10_000)
+        for batch in self._read(tp, start, end, batch_rows):
+            ledgers = batch.column("ledger_id").to_pylist()
+            entries = batch.column("entry_id").to_pylist()
+            indexes = batch.column("batch_index").to_pylist()
+            sizes = batch.column("value").to_pylist() if max_bytes is not None else None
+            n = len(ledgers)
+            for i in range(n):
+                size = len(sizes[i]) if sizes is not None else 0
+                if rows and (
+                    (max_rows is not None and rows + 1 > max_rows)
+                    or (max_bytes is not None and nbytes + size > max_bytes)
+                ):
+                    return Scan(position, rows, nbytes, True)
+                rows += 1
+                nbytes += size
+                b = indexes[i]
+                if b >= 0 and i + 1 < n and (ledgers[i + 1], entries[i + 1]) != (ledgers[i], entries[i]):
+                    b = -1  # the batch is complete: the whole entry
+                position = Position(ledgers[i], entries[i], b)
+        return Scan(end, rows, nbytes, False)  # read through: everything up to ``end`` is taken
+
+    def _read(self, tp: str, start: Position, end: Position, batch_rows: int) -> Iterator[Any]:
+        p = partition_of(tp)
+        return iter(
+            self.client.read_arrow(
+                tp,
+                start.message_id(p),
+                end.message_id(p),
+                partition=p,
+                batch_rows=batch_rows,
+                idle_timeout=self.poll_timeout_ms / 1000,
+            )
+        )
+
+    def advance(
+        self, start: Offsets, latest: Offsets, max_rows: int | None, max_bytes: int | None
+    ) -> tuple[Offsets, int]:
+        """End positions for one batch from ``start`` toward ``latest`` within the limits.
+
+        The row budget is shared fairly: each partition with data gets an equal share first,
+        then what others left unused. Returns the end offsets and the rows admitted.
+        """
+        if max_rows is None and max_bytes is None:
+            return latest, -1
+        pos = {tp: start.get(tp, Position.EARLIEST) for tp in latest}
+        active = [tp for tp in latest if pos[tp] < latest[tp]]
+        rows_left = max_rows
+        bytes_left = max_bytes
+        total = 0
+        while active and (rows_left is None or rows_left > 0) and (bytes_left is None or bytes_left > 0):
+            n = len(active)
+            row_share = None if rows_left is None else max(1, -(-rows_left // n))
+            byte_share = None if bytes_left is None else max(1, -(-bytes_left // n))
+            still: list[str] = []
+            for tp in active:
+                if rows_left is not None and rows_left <= 0:
+                    break
+                if bytes_left is not None and bytes_left <= 0:
+                    break
+                rs = None if row_share is None else min(row_share, rows_left or 0)
+                bs = None if byte_share is None else min(byte_share, bytes_left or 0)
+                s = self.scan(tp, pos[tp], latest[tp], rs, bs)
+                pos[tp] = s.position
+                total += s.rows
+                if rows_left is not None:
+                    rows_left -= s.rows
+                if bytes_left is not None:
+                    bytes_left -= s.bytes
+                if s.more:
+                    still.append(tp)
+            if still == active and row_share is not None and rows_left is not None and rows_left <= 0:
+                break
+            active = still
+        return Offsets(pos), total

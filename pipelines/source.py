@@ -1,0 +1,622 @@
+"""The ``pulsarwire`` source: ``spark.read`` and ``spark.readStream`` over Pulsar topics.
+
+Options follow Spark's Kafka source (see :class:`SourceOptions`). The driver
+(:class:`PulsarBatchReader`, :class:`PulsarStreamReader`) resolves the
+topic-partitions, the last message of each and — with admission control — how
+far each partition may go in this batch (:mod:`pipelines.planner`). Each Spark
+input partition is one :class:`ReadRange` ``(start, end]`` of one
+topic-partition; an executor reads it with pulsarwire's bulk Arrow path
+(``Client.read_arrow``: a non-durable reader, no Python object per message) and
+stops exactly at ``end``, batch indexes included. Offsets are JSON
+``{topic-partition: "ledger:entry:batch"}`` (:mod:`pipelines.positions`).
+
+Where a range's start no longer exists (retention, trimming), the first entry
+the broker delivers is not adjacent to the start: with ``failOnDataLoss=true``
+(default) the task fails with :class:`~pipelines.errors.DataLossError` naming the
+topic-partition and the missing range; with ``false`` the gap is logged and
+reading continues.
+
+A stream with ``subscriptionName`` (default: derived from the topics) keeps a
+durable subscription that holds the backlog on the broker; it is acknowledged
+only up to offsets Spark has committed (``commit``) or that a restarted query
+starts from — never ahead of what the sink committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from pulsarwire.codec.message_id import MessageId
+from pulsarwire.errors import OperationTimeoutError
+
+from .errors import DataLossError, OptionError
+from .options import ClientSettings, client_settings, opt_bool, opt_int
+from .planner import Planner, TopicSelector, full_topic_name, partition_of
+from .positions import Offsets, Position
+
+log = logging.getLogger("pipelines.source")
+
+#: Spark column name -> bulk Arrow column name
+_COLUMNS = (
+    ("key", "key"),
+    ("value", "value"),
+    ("topic", "topic"),
+    ("partition", "partition"),
+    ("messageId", "message_id"),
+    ("ledgerId", "ledger_id"),
+    ("entryId", "entry_id"),
+    ("batchIndex", "batch_index"),
+    ("publishTime", "publish_time"),
+    ("eventTime", "event_time"),
+    ("properties", "properties"),
+    ("producerName", "producer_name"),
+    ("sequenceId", "sequence_id"),
+)
+
+KNOWN_OPTIONS = {
+    "service.url",
+    "topic",
+    "topics",
+    "topicspattern",
+    "startingoffsets",
+    "endingoffsets",
+    "startingtime",
+    "endingtime",
+    "maxmessagespertrigger",
+    "maxbytespertrigger",
+    "minmessagespertrigger",
+    "maxtriggerdelay",
+    "failondataloss",
+    "subscriptionname",
+    "polltimeoutms",
+    "schema",
+    "includeproperties",
+    "offsetstore",
+    "job",
+    "receiverqueuesize",
+}
+
+
+def source_schema(options: Mapping[str, str]) -> StructType:
+    """The row schema (``includeProperties=false`` drops the properties column)."""
+    include = opt_bool(options, "includeProperties", True)
+    mode = (options.get("schema") or "raw").lower()
+    if mode != "raw":
+        raise OptionError("schema", f"only 'raw' is supported, got {options.get('schema')!r}")
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("messageId", BinaryType()),
+        StructField("ledgerId", LongType()),
+        StructField("entryId", LongType()),
+        StructField("batchIndex", IntegerType()),
+        StructField("publishTime", TimestampType()),
+        StructField("eventTime", TimestampType()),
+        StructField("properties", MapType(StringType(), StringType())),
+        StructField("producerName", StringType()),
+        StructField("sequenceId", LongType()),
+    ]
+    if not include:
+        fields = [f for f in fields if f.name != "properties"]
+    return StructType(fields)
+
+
+# -- options -----------------------------------------------------------------------------
+def parse_time(option: str, value: str) -> int:
+    """Milliseconds since the epoch from ``1700000000000`` or an ISO-8601 time (naive = UTC)."""
+    v = value.strip()
+    if re.fullmatch(r"-?\d+", v):
+        ms = int(v)
+        if ms < 0:
+            raise OptionError(option, f"must be >= 0, got {ms}")
+        return ms
+    try:
+        t = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise OptionError(option, f"expected milliseconds or an ISO-8601 time, got {value!r}") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    return int(t.timestamp() * 1000)
+
+
+_DURATION = re.compile(r"(?P<n>\d+)\s*(?P<unit>ms|s|m|min|h|d)?")
+_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(option: str, value: str) -> int:
+    m = _DURATION.fullmatch(value.strip().lower())
+    if not m:
+        raise OptionError(option, f"expected a duration such as 500ms, 30s, 15m, got {value!r}")
+    return int(m.group("n")) * _UNIT_MS[m.group("unit")]
+
+
+#: per-partition starting/ending spec: a position, or "earliest" / "latest"
+Spec = str | Position
+
+
+@dataclass(frozen=True)
+class Bound:
+    """startingOffsets/endingOffsets/startingTime/endingTime as given (resolved on the driver)."""
+
+    kind: str  # "earliest" | "latest" | "json" | "time"
+    per_topic: Mapping[str, Spec] = field(default_factory=dict)
+    time_ms: int = 0
+
+
+def _parse_bound(options: Mapping[str, str], offsets_key: str, time_key: str, default: str) -> Bound:
+    text = options.get(offsets_key)
+    t = options.get(time_key)
+    if text is not None and t is not None:
+        raise OptionError(time_key, f"give {offsets_key} or {time_key}, not both")
+    if t is not None:
+        return Bound("time", time_ms=parse_time(time_key, t))
+    if text is None or text.strip().lower() in ("earliest", "latest"):
+        kind = (text or default).strip().lower()
+        return Bound(kind)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        raise OptionError(offsets_key, f"expected earliest, latest or a JSON object, got {text!r}") from None
+    if not isinstance(data, dict) or not data:
+        raise OptionError(offsets_key, "expected a JSON object of topic-partition → position")
+    specs: dict[str, Spec] = {}
+    for k, v in data.items():
+        name = full_topic_name(str(k))
+        if v in (-2, "earliest"):
+            specs[name] = "earliest"
+        elif v in (-1, "latest"):
+            specs[name] = "latest"
+        elif isinstance(v, str):
+            specs[name] = Position.parse(v, f"{offsets_key}[{k}]")
+        else:
+            raise OptionError(f"{offsets_key}[{k}]", f"expected 'ledger:entry:batch', earliest or latest, got {v!r}")
+    return Bound("json", specs)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    settings: ClientSettings
+    selector: TopicSelector
+    starting: Bound
+    ending: Bound
+    max_rows: int | None
+    max_bytes: int | None
+    min_rows: int | None
+    max_trigger_delay_ms: int
+    fail_on_data_loss: bool
+    subscription: str | None
+    poll_timeout_ms: int
+    include_properties: bool
+    receiver_queue_size: int
+    offset_store: str | None
+    job: str | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
+        unknown = sorted(
+            k for k in options if k.lower() not in KNOWN_OPTIONS and not k.lower().startswith("pulsar.client.")
+        )
+        if unknown:
+            raise OptionError(unknown[0], "unknown option for format('pulsarwire')")
+        settings = client_settings(options)
+        selector = TopicSelector.from_options(dict(options))
+        starting = _parse_bound(options, "startingOffsets", "startingTime", "latest" if streaming else "earliest")
+        ending = _parse_bound(options, "endingOffsets", "endingTime", "latest")
+        if streaming and ("endingOffsets" in options or "endingTime" in options):
+            raise OptionError("endingOffsets", "only for batch queries (spark.read), not for readStream")
+        if ending.kind == "earliest":
+            raise OptionError("endingOffsets", "earliest is not a valid end")
+        max_rows = opt_int(options, "maxMessagesPerTrigger", None, 1)
+        max_bytes = opt_int(options, "maxBytesPerTrigger", None, 1)
+        min_rows = opt_int(options, "minMessagesPerTrigger", None, 1)
+        if not streaming:
+            for k in ("maxMessagesPerTrigger", "maxBytesPerTrigger", "minMessagesPerTrigger"):
+                if k in options:
+                    raise OptionError(k, "only for streaming queries (spark.readStream)")
+        if min_rows is not None and max_rows is not None and min_rows > max_rows:
+            raise OptionError("minMessagesPerTrigger", f"{min_rows} is above maxMessagesPerTrigger {max_rows}")
+        delay = options.get("maxTriggerDelay")
+        if delay is not None and min_rows is None:
+            raise OptionError("maxTriggerDelay", "only meaningful with minMessagesPerTrigger")
+        subscription = options.get("subscriptionName")
+        if streaming and not subscription:
+            digest = hashlib.sha1(repr((selector, options.get("job"))).encode()).hexdigest()[:12]
+            subscription = f"pipelines-{digest}"
+        store = options.get("offsetStore")
+        job = options.get("job")
+        if store is not None and not job:
+            raise OptionError("job", "required with offsetStore (the job whose positions to resume from)")
+        return cls(
+            settings=settings,
+            selector=selector,
+            starting=starting,
+            ending=ending,
+            max_rows=max_rows,
+            max_bytes=max_bytes,
+            min_rows=min_rows,
+            max_trigger_delay_ms=parse_duration_ms("maxTriggerDelay", delay) if delay else 15 * 60_000,
+            fail_on_data_loss=opt_bool(options, "failOnDataLoss", True),
+            subscription=subscription if streaming else None,
+            poll_timeout_ms=opt_int(options, "pollTimeoutMs", 30_000, 1) or 30_000,
+            include_properties=opt_bool(options, "includeProperties", True),
+            receiver_queue_size=opt_int(options, "receiverQueueSize", 10_000, 1) or 10_000,
+            offset_store=store,
+            job=job,
+        )
+
+
+# -- resolving bounds on the driver ----------------------------------------------------------
+def resolve_start(planner: Planner, bound: Bound, partitions: list[str], latest: Offsets) -> Offsets:
+    """Exclusive start positions for ``partitions`` (a JSON bound must name every one)."""
+    if bound.kind == "earliest":
+        return Offsets({tp: Position.EARLIEST for tp in partitions})
+    if bound.kind == "latest":
+        return Offsets({tp: latest[tp] for tp in partitions})
+    if bound.kind == "time":
+        out = {}
+        for tp in partitions:
+            pos = planner.position_before_time(tp, bound.time_ms)
+            out[tp] = latest[tp] if pos is None else pos
+        return Offsets(out)
+    missing = [tp for tp in partitions if tp not in bound.per_topic]
+    if missing:
+        raise OptionError("startingOffsets", f"no position for {', '.join(missing)}")
+    return Offsets({tp: _spec(bound.per_topic[tp], latest[tp]) for tp in partitions})
+
+
+def resolve_end(planner: Planner, bound: Bound, partitions: list[str], latest: Offsets) -> Offsets:
+    """Inclusive end positions (never past the last message)."""
+    if bound.kind == "latest":
+        return latest
+    if bound.kind == "time":
+        out = {}
+        for tp in partitions:
+            pos = planner.position_before_time(tp, bound.time_ms)
+            out[tp] = latest[tp] if pos is None else min(pos, latest[tp])
+        return Offsets(out)
+    missing = [tp for tp in partitions if tp not in bound.per_topic]
+    if missing:
+        raise OptionError("endingOffsets", f"no position for {', '.join(missing)}")
+    return Offsets({tp: min(_spec(bound.per_topic[tp], latest[tp]), latest[tp]) for tp in partitions})
+
+
+def _spec(spec: Spec, latest: Position) -> Position:
+    if spec == "earliest":
+        return Position.EARLIEST
+    if spec == "latest":
+        return latest
+    assert isinstance(spec, Position)
+    return spec
+
+
+# -- executor side ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReadRange(InputPartition):  # type: ignore[misc]
+    """One topic-partition's messages in (start, end], read by one Spark task."""
+
+    topic: str
+    start: Position
+    end: Position
+    settings: ClientSettings
+    fail_on_data_loss: bool
+    poll_timeout_ms: int
+    include_properties: bool
+    receiver_queue_size: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", (self.topic, str(self.start), str(self.end)))
+
+
+def gap_after(start: Position, first: MessageId) -> bool:
+    """True when the first entry delivered after ``start`` is not the one that follows it.
+
+    The next entry is the same one (a batch partly taken), the entry after it, or entry 0
+    of a later ledger (ledgers roll over; retention removes whole ledgers from the head).
+    """
+    if start.is_earliest:
+        return False
+    here = (first.ledger_id, first.entry_id)
+    if start.batch_index >= 0 and here == (start.ledger_id, start.entry_id):
+        return False
+    if here == (start.ledger_id, start.entry_id + 1):
+        return False
+    return not (first.ledger_id > start.ledger_id and first.entry_id == 0)
+
+
+def _spark_batch(batch: Any, include_properties: bool) -> Any:
+    import pyarrow as pa
+
+    arrays = []
+    names = []
+    for spark_name, bulk_name in _COLUMNS:
+        if bulk_name == "properties" and not include_properties:
+            continue
+        col = batch.column(bulk_name)
+        if bulk_name in ("publish_time", "event_time"):
+            col = col.cast(pa.timestamp("us", tz="UTC"))
+        arrays.append(col)
+        names.append(spark_name)
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def read_range(r: ReadRange) -> Iterator[Any]:
+    """The rows of ``r`` as Arrow batches in the source's Spark schema (runs on executors)."""
+    p = partition_of(r.topic)
+    seen_first = False
+
+    def check(first: MessageId) -> None:
+        nonlocal seen_first
+        seen_first = True
+        if gap_after(r.start, first):
+            _data_loss(r, str(r.start), f"{first.ledger_id}:{first.entry_id}")
+
+    client = r.settings.client()
+    try:
+        batches = client.read_arrow(
+            r.topic,
+            r.start.message_id(p),
+            r.end.message_id(p),
+            partition=p,
+            batch_rows=10_000,
+            receiver_queue_size=r.receiver_queue_size,
+            idle_timeout=r.poll_timeout_ms / 1000,
+            on_first=check,
+        )
+        try:
+            for batch in batches:
+                yield _spark_batch(batch, r.include_properties)
+        except OperationTimeoutError:
+            if seen_first:
+                raise
+            # The broker reported messages up to ``end`` but delivers none after ``start``:
+            # everything in the range is gone (or the broker is too slow: raise pollTimeoutMs).
+            _data_loss(r, str(r.start), f"{r.end} (nothing arrived within pollTimeoutMs)")
+    finally:
+        client.close()
+
+
+def _data_loss(r: ReadRange, after: str, upto: str) -> None:
+    if r.fail_on_data_loss:
+        raise DataLossError(r.topic, after, upto, "; set failOnDataLoss=false to skip the gap")
+    log.warning("%s: data loss, messages after %s up to %s are gone; continuing", r.topic, after, upto)
+
+
+def _ranges(opts: SourceOptions, start: Offsets, end: Offsets) -> list[ReadRange]:
+    return [
+        ReadRange(
+            topic=tp,
+            start=start.get(tp, Position.EARLIEST),
+            end=e,
+            settings=opts.settings,
+            fail_on_data_loss=opts.fail_on_data_loss,
+            poll_timeout_ms=opts.poll_timeout_ms,
+            include_properties=opts.include_properties,
+            receiver_queue_size=opts.receiver_queue_size,
+        )
+        for tp, e in end.items()
+        if start.get(tp, Position.EARLIEST) < e and e.entry_id >= 0
+    ]
+
+
+# -- batch ------------------------------------------------------------------------------
+class PulsarBatchReader(DataSourceReader):
+    """``spark.read.format("pulsarwire")``: a bounded read from startingOffsets to endingOffsets."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.opts = SourceOptions.parse(options, streaming=False)
+
+    def partitions(self) -> list[ReadRange]:
+        planner = Planner(self.opts.settings, self.opts.selector, poll_timeout_ms=self.opts.poll_timeout_ms)
+        try:
+            parts = planner.partitions()
+            latest = planner.latest(parts)
+            start = resolve_start(planner, self.opts.starting, parts, latest)
+            end = resolve_end(planner, self.opts.ending, parts, latest)
+        finally:
+            planner.close()
+        ranges = _ranges(self.opts, start, end)
+        log.info("batch read of %d topic-partitions, %d with data", len(parts), len(ranges))
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, ReadRange)
+        return read_range(partition)
+
+
+# -- streaming --------------------------------------------------------------------------
+@dataclass
+class Lag:
+    """Messages not yet committed per topic-partition after a batch is planned."""
+
+    per_partition: dict[str, int]
+
+    @property
+    def summary(self) -> tuple[int, float, int]:
+        v = list(self.per_partition.values()) or [0]
+        return min(v), sum(v) / len(v), max(v)
+
+
+class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("pulsarwire")`` with admission control and Trigger.AvailableNow."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.opts = SourceOptions.parse(options, streaming=True)
+        self._planner: Planner | None = None
+        self._target: Offsets | None = None  # Trigger.AvailableNow: never read past this
+        self._first_call = True
+        self._last_batch_at = time.monotonic()
+        self.last_lag: Lag | None = None
+        self._latest: Offsets | None = None
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(
+                self.opts.settings,
+                self.opts.selector,
+                subscription=self.opts.subscription,
+                poll_timeout_ms=self.opts.poll_timeout_ms,
+            )
+        return self._planner
+
+    def _stored(self) -> Offsets | None:
+        if self.opts.offset_store is None:
+            return None
+        from .offsets import OffsetStore
+
+        assert self.opts.job is not None
+        stored = OffsetStore(self.opts.offset_store).load(self.opts.job)
+        return stored if len(stored) else None
+
+    def initialOffset(self) -> dict[str, str]:
+        parts = self.planner.partitions()
+        latest = self.planner.latest(parts)
+        stored = self._stored()
+        if stored is not None:
+            log.info("job %s resumes from the offset store: %s", self.opts.job, stored.to_json())
+            start = Offsets({tp: stored.get(tp, Position.EARLIEST) for tp in parts}).updated(stored)
+        else:
+            start = resolve_start(self.planner, self.opts.starting, parts, latest)
+        self.planner.release(start)
+        return start.to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_rows is not None:
+            return ReadMaxRows(self.opts.max_rows)
+        if self.opts.max_bytes is not None:
+            return ReadMaxBytes(self.opts.max_bytes)
+        if self.opts.min_rows is not None:
+            return ReadMinRows(self.opts.min_rows)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        parts = self.planner.partitions()
+        self._target = self.planner.latest(parts)
+        log.info("availableNow: reading up to %s", self._target.to_json())
+
+    def _on_restart(self, start: Offsets) -> None:
+        """First batch of this run: what ``start`` says is committed; compare with the offset store."""
+        self.planner.release(start)
+        stored = self._stored()
+        if stored is None:
+            return
+        for tp, pos in stored.items():
+            here = start.get(tp)
+            if here is None or here == pos:
+                continue
+            if pos > here:
+                log.warning(
+                    "%s: the offset store (%s) is ahead of the checkpoint (%s): the batch after the "
+                    "checkpoint is replayed; idempotent sinks drop what was already written",
+                    tp,
+                    pos,
+                    here,
+                )
+            else:
+                log.warning(
+                    "%s: the checkpoint (%s) is ahead of the offset store (%s): messages in between "
+                    "were committed by Spark but not recorded in the store",
+                    tp,
+                    here,
+                    pos,
+                )
+
+    def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
+        begin = Offsets.from_dict(start, "offsets")
+        if self._first_call:
+            self._first_call = False
+            self._on_restart(begin)
+        parts = self.planner.partitions()
+        latest = self.planner.latest(parts)
+        if self._target is not None:
+            latest = Offsets({tp: min(latest[tp], self._target[tp]) for tp in parts if tp in self._target})
+        new = [tp for tp in latest if tp not in begin]
+        if new:
+            log.info("new topic-partitions, read from the earliest message: %s", ", ".join(new))
+        full_start = Offsets({tp: begin.get(tp, Position.EARLIEST) for tp in latest})
+        self._latest = latest
+        if isinstance(limit, ReadAllAvailable):
+            end = latest
+        else:
+            max_rows = self.opts.max_rows
+            max_bytes = self.opts.max_bytes
+            if isinstance(limit, ReadMaxRows):
+                max_rows = limit.max_rows
+            elif isinstance(limit, ReadMaxBytes):
+                max_bytes = limit.max_bytes
+            min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_rows
+            if min_rows is not None and self._target is None and not self._enough(full_start, latest, min_rows):
+                return begin.updated(full_start).to_dict()
+            end, _ = self.planner.advance(full_start, latest, max_rows, max_bytes)
+        end = Offsets({tp: max(end[tp], full_start[tp]) for tp in end})
+        if end != full_start:
+            self._last_batch_at = time.monotonic()
+        self._report_lag(end)
+        return begin.updated(end).to_dict()
+
+    def _enough(self, start: Offsets, latest: Offsets, min_rows: int) -> bool:
+        """minMessagesPerTrigger: enough rows waiting, or maxTriggerDelay passed since the last batch."""
+        waited_ms = (time.monotonic() - self._last_batch_at) * 1000
+        if waited_ms >= self.opts.max_trigger_delay_ms:
+            return True
+        _, rows = self.planner.advance(start, latest, min_rows, None)
+        return rows >= min_rows
+
+    def _report_lag(self, end: Offsets) -> None:
+        try:
+            backlog = self.planner.backlog()
+        except Exception as exc:  # lag is informative; planning must not fail for it
+            log.debug("backlog unavailable: %s", exc)
+            return
+        self.last_lag = Lag(backlog)
+        lo, avg, hi = self.last_lag.summary
+        log.info("planned up to %s; uncommitted messages per partition min/avg/max %d/%.1f/%d", end.to_json(), lo, avg, hi)
+
+    def reportLatestOffset(self) -> dict[str, str] | None:
+        return None if self._latest is None else self._latest.to_dict()
+
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[ReadRange]:
+        return _ranges(self.opts, Offsets.from_dict(start, "offsets"), Offsets.from_dict(end, "offsets"))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, ReadRange)
+        return read_range(partition)
+
+    def commit(self, end: dict[str, str]) -> None:
+        """Spark committed everything up to ``end``: release it on the durable subscription."""
+        self.planner.release(Offsets.from_dict(end, "offsets"))
+
+    def stop(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
+            self._planner = None
