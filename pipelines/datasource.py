@@ -15,8 +15,12 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource
 
 if TYPE_CHECKING:
-    from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter
-    from pyspark.sql.datasource import DataSourceWriter
+    from pyspark.sql.datasource import (
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
     from pyspark.sql.types import StructType
 
 from pipelines import FORMAT

@@ -44,7 +44,9 @@ def opt_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     return default if value is None else _bool(name, value)
 
 
-def opt_int(options: Mapping[str, str], name: str, default: int | None, minimum: int | None = None) -> int | None:
+def opt_int(
+    options: Mapping[str, str], name: str, default: int | None, minimum: int | None = None
+) -> int | None:
     value = options.get(name)
     return default if value is None else _int(name, value, minimum)
 

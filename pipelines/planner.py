@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +63,7 @@ class TopicSelector:
     pattern: str | None = None
 
     @classmethod
-    def from_options(cls, options: dict[str, str]) -> TopicSelector:
+    def from_options(cls, options: Mapping[str, str]) -> TopicSelector:
         given = [k for k in ("topic", "topics", "topicsPattern") if options.get(k)]
         if len(given) != 1:
             raise OptionError(
@@ -224,7 +224,9 @@ class Planner:
             return Position(mid.ledger_id, mid.entry_id, mid.batch_index - 1)
         return Position(mid.ledger_id, mid.entry_id - 1, -1)
 
-    def scan(self, tp: str, start: Position, end: Position, max_rows: int | None, max_bytes: int | None) -> Scan:
+    def scan(
+        self, tp: str, start: Position, end: Position, max_rows: int | None, max_bytes: int | None
+    ) -> Scan:
         """Read ids and sizes after ``start`` until a limit is reached or ``end``; at least one row.
 
         ``more`` tells whether rows remain between the returned position and ``end``.

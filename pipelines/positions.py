@@ -132,7 +132,9 @@ class Offsets(Mapping[str, Position]):
         out: dict[str, Position] = {}
         for k, v in data.items():
             if not isinstance(k, str) or not isinstance(v, str):
-                raise OptionError(option, f"expected topic-partition → 'ledger:entry:batch', got {k!r}: {v!r}")
+                raise OptionError(
+                    option, f"expected topic-partition → 'ledger:entry:batch', got {k!r}: {v!r}"
+                )
             out[k] = Position.parse(v, f"{option}[{k}]")
         return cls(out)
 

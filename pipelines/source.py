@@ -199,7 +199,9 @@ def _parse_bound(options: Mapping[str, str], offsets_key: str, time_key: str, de
         elif isinstance(v, str):
             specs[name] = Position.parse(v, f"{offsets_key}[{k}]")
         else:
-            raise OptionError(f"{offsets_key}[{k}]", f"expected 'ledger:entry:batch', earliest or latest, got {v!r}")
+            raise OptionError(
+                f"{offsets_key}[{k}]", f"expected 'ledger:entry:batch', earliest or latest, got {v!r}"
+            )
     return Bound("json", specs)
 
 
@@ -224,13 +226,17 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
         unknown = sorted(
-            k for k in options if k.lower() not in KNOWN_OPTIONS and not k.lower().startswith("pulsar.client.")
+            k
+            for k in options
+            if k.lower() not in KNOWN_OPTIONS and not k.lower().startswith("pulsar.client.")
         )
         if unknown:
             raise OptionError(unknown[0], "unknown option for format('pulsarwire')")
         settings = client_settings(options)
-        selector = TopicSelector.from_options(dict(options))
-        starting = _parse_bound(options, "startingOffsets", "startingTime", "latest" if streaming else "earliest")
+        selector = TopicSelector.from_options(options)
+        starting = _parse_bound(
+            options, "startingOffsets", "startingTime", "latest" if streaming else "earliest"
+        )
         ending = _parse_bound(options, "endingOffsets", "endingTime", "latest")
         if streaming and ("endingOffsets" in options or "endingTime" in options):
             raise OptionError("endingOffsets", "only for batch queries (spark.read), not for readStream")
@@ -244,7 +250,9 @@ class SourceOptions:
                 if k in options:
                     raise OptionError(k, "only for streaming queries (spark.readStream)")
         if min_rows is not None and max_rows is not None and min_rows > max_rows:
-            raise OptionError("minMessagesPerTrigger", f"{min_rows} is above maxMessagesPerTrigger {max_rows}")
+            raise OptionError(
+                "minMessagesPerTrigger", f"{min_rows} is above maxMessagesPerTrigger {max_rows}"
+            )
         delay = options.get("maxTriggerDelay")
         if delay is not None and min_rows is None:
             raise OptionError("maxTriggerDelay", "only meaningful with minMessagesPerTrigger")
@@ -321,8 +329,11 @@ def _spec(spec: Spec, latest: Position) -> Position:
 
 # -- executor side ---------------------------------------------------------------------
 @dataclass(frozen=True)
-class ReadRange(InputPartition):  # type: ignore[misc]
-    """One topic-partition's messages in (start, end], read by one Spark task."""
+class ReadRange:
+    """One topic-partition's messages in (start, end], read by one Spark task.
+
+    Spark carries it as an ``InputPartition`` whose ``value`` is this object.
+    """
 
     topic: str
     start: Position
@@ -333,20 +344,18 @@ class ReadRange(InputPartition):  # type: ignore[misc]
     include_properties: bool
     receiver_queue_size: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "value", (self.topic, str(self.start), str(self.end)))
-
 
 def gap_after(start: Position, first: MessageId) -> bool:
     """True when the first entry delivered after ``start`` is not the one that follows it.
 
-    The next entry is the same one (a batch partly taken), the entry after it, or entry 0
-    of a later ledger (ledgers roll over; retention removes whole ledgers from the head).
+    Expected are the start entry itself (brokers deliver it again, as Pulsar reads every
+    start id as a batch id, and the reader drops what it already had), the entry after it,
+    or entry 0 of a later ledger (ledgers roll over; retention removes whole ledgers).
     """
     if start.is_earliest:
         return False
     here = (first.ledger_id, first.entry_id)
-    if start.batch_index >= 0 and here == (start.ledger_id, start.entry_id):
+    if here == (start.ledger_id, start.entry_id):
         return False
     if here == (start.ledger_id, start.entry_id + 1):
         return False
@@ -411,17 +420,19 @@ def _data_loss(r: ReadRange, after: str, upto: str) -> None:
     log.warning("%s: data loss, messages after %s up to %s are gone; continuing", r.topic, after, upto)
 
 
-def _ranges(opts: SourceOptions, start: Offsets, end: Offsets) -> list[ReadRange]:
+def _ranges(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartition]:
     return [
-        ReadRange(
-            topic=tp,
-            start=start.get(tp, Position.EARLIEST),
-            end=e,
-            settings=opts.settings,
-            fail_on_data_loss=opts.fail_on_data_loss,
-            poll_timeout_ms=opts.poll_timeout_ms,
-            include_properties=opts.include_properties,
-            receiver_queue_size=opts.receiver_queue_size,
+        InputPartition(
+            ReadRange(
+                topic=tp,
+                start=start.get(tp, Position.EARLIEST),
+                end=e,
+                settings=opts.settings,
+                fail_on_data_loss=opts.fail_on_data_loss,
+                poll_timeout_ms=opts.poll_timeout_ms,
+                include_properties=opts.include_properties,
+                receiver_queue_size=opts.receiver_queue_size,
+            )
         )
         for tp, e in end.items()
         if start.get(tp, Position.EARLIEST) < e and e.entry_id >= 0
@@ -435,7 +446,7 @@ class PulsarBatchReader(DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.opts = SourceOptions.parse(options, streaming=False)
 
-    def partitions(self) -> list[ReadRange]:
+    def partitions(self) -> list[InputPartition]:
         planner = Planner(self.opts.settings, self.opts.selector, poll_timeout_ms=self.opts.poll_timeout_ms)
         try:
             parts = planner.partitions()
@@ -449,8 +460,9 @@ class PulsarBatchReader(DataSourceReader):
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, ReadRange)
-        return read_range(partition)
+        if partition is None or partition.value is None:  # Spark reads one empty split when there are none
+            return iter(())
+        return read_range(partition.value)
 
 
 # -- streaming --------------------------------------------------------------------------
@@ -575,7 +587,11 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif isinstance(limit, ReadMaxBytes):
                 max_bytes = limit.max_bytes
             min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_rows
-            if min_rows is not None and self._target is None and not self._enough(full_start, latest, min_rows):
+            if (
+                min_rows is not None
+                and self._target is None
+                and not self._enough(full_start, latest, min_rows)
+            ):
                 return begin.updated(full_start).to_dict()
             end, _ = self.planner.advance(full_start, latest, max_rows, max_bytes)
         end = Offsets({tp: max(end[tp], full_start[tp]) for tp in end})
@@ -600,17 +616,24 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         self.last_lag = Lag(backlog)
         lo, avg, hi = self.last_lag.summary
-        log.info("planned up to %s; uncommitted messages per partition min/avg/max %d/%.1f/%d", end.to_json(), lo, avg, hi)
+        log.info(
+            "planned up to %s; uncommitted messages per partition min/avg/max %d/%.1f/%d",
+            end.to_json(),
+            lo,
+            avg,
+            hi,
+        )
 
     def reportLatestOffset(self) -> dict[str, str] | None:
         return None if self._latest is None else self._latest.to_dict()
 
-    def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[ReadRange]:
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[InputPartition]:
         return _ranges(self.opts, Offsets.from_dict(start, "offsets"), Offsets.from_dict(end, "offsets"))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, ReadRange)
-        return read_range(partition)
+        if partition is None or partition.value is None:  # Spark reads one empty split when there are none
+            return iter(())
+        return read_range(partition.value)
 
     def commit(self, end: dict[str, str]) -> None:
         """Spark committed everything up to ``end``: release it on the durable subscription."""
