@@ -29,11 +29,12 @@ with no ``/``, ``\\`` and no ``scheme://`` is taken as a name.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -164,8 +165,12 @@ def write_idempotent(
     merge_keys: Sequence[str] | None = None,
     spark: Any = None,
     storage_options: dict[str, str] | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> bool:
     """Write ``data`` to the Delta table ``target`` once per ``(app_id, version)``.
+
+    ``metadata`` is stored in the commit itself (delta-rs custom metadata; delta-spark
+    ``userMetadata`` as JSON) and read back with :func:`commit_metadata`.
 
     ``data`` is a pyarrow Table or RecordBatchReader, or a Spark DataFrame. ``mode`` is
     ``"append"``, ``"overwrite"`` or ``"merge"`` (upsert by ``merge_keys``: matching rows
@@ -186,7 +191,9 @@ def write_idempotent(
     if is_spark_dataframe(data):
         session = spark if spark is not None else data.sparkSession
         if delta_spark_available(session):
-            return _spark_write(data, target, app_id, version, mode, parts, keys, session, storage_options)
+            return _spark_write(
+                data, target, app_id, version, mode, parts, keys, session, storage_options, metadata
+            )
         if is_table_name(target):
             raise PipelinesError(
                 f"{target}: a catalog table name needs delta-spark (Delta jars and "
@@ -195,7 +202,35 @@ def write_idempotent(
         data = data.toArrow()
     elif is_table_name(target):
         raise PipelinesError(f"{target}: deltalake writes need a path or URI, not a catalog table name")
-    return _rs_write(data, str(target), app_id, version, mode, parts, keys, storage_options)
+    return _rs_write(data, str(target), app_id, version, mode, parts, keys, storage_options, metadata)
+
+
+def commit_metadata(target: str | Path, key: str, storage_options: dict[str, str] | None = None) -> list[str]:
+    """Values stored under ``key`` by :func:`write_idempotent` (``metadata=``), newest commit first.
+
+    Works on tables written by either engine; an absent table gives [].
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        history = DeltaTable(str(target), storage_options=storage_options).history()
+    except TableNotFoundError:
+        return []
+    found = []
+    for commit in sorted(history, key=lambda c: c.get("version", -1), reverse=True):
+        if key in commit:
+            found.append(str(commit[key]))
+            continue
+        user = commit.get("userMetadata")
+        if isinstance(user, str):
+            try:
+                value = json.loads(user).get(key)
+            except (ValueError, AttributeError):
+                value = None
+            if value is not None:
+                found.append(str(value))
+    return found
 
 
 def _check_args(app_id: str, version: int, mode: str, merge_keys: Sequence[str] | None) -> None:
@@ -242,6 +277,7 @@ def _rs_write(
     partition_by: list[str] | None,
     merge_keys: list[str],
     storage_options: dict[str, str] | None,
+    metadata: Mapping[str, str] | None = None,
 ) -> bool:
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
@@ -254,7 +290,10 @@ def _rs_write(
             )
         data = pa.RecordBatchReader.from_stream(data)
     replayable = isinstance(data, pa.Table)  # a RecordBatchReader is consumed by the first try
-    props = CommitProperties(app_transactions=[Transaction(app_id=app_id, version=version)])
+    props = CommitProperties(
+        custom_metadata=dict(metadata) if metadata else None,
+        app_transactions=[Transaction(app_id=app_id, version=version)],
+    )
     for attempt in range(1, _CONFLICT_ATTEMPTS + 1):
         consumed = False
         try:
@@ -313,6 +352,7 @@ def _spark_write(
     merge_keys: list[str],
     spark: Any,
     storage_options: dict[str, str] | None,
+    metadata: Mapping[str, str] | None = None,
 ) -> bool:
     """delta-spark: needs the Delta jars, so it is exercised only where they are present."""
     try:
@@ -328,7 +368,14 @@ def _spark_write(
     exists = _spark_table_exists(spark, target)
     try:
         if mode == "merge" and exists:
-            _spark_merge(df, target, app_id, version, merge_keys, spark)
+            key = "spark.databricks.delta.commitInfo.userMetadata"  # MERGE takes no writer options
+            if metadata:
+                spark.conf.set(key, json.dumps(dict(metadata)))
+            try:
+                _spark_merge(df, target, app_id, version, merge_keys, spark)
+            finally:
+                if metadata:
+                    spark.conf.unset(key)
             return True
         writer = (
             df.write.format("delta")
@@ -336,6 +383,8 @@ def _spark_write(
             .option("txnAppId", app_id)
             .option("txnVersion", version)
         )
+        if metadata:
+            writer = writer.option("userMetadata", json.dumps(dict(metadata)))
         if partition_by:
             writer = writer.partitionBy(*partition_by)
         if is_table_name(target):

@@ -1,0 +1,65 @@
+"""A Pulsar → Delta streaming job run as its own process by the crash tests.
+
+``python ingest_job.py CONFIG_JSON``; with ``fault`` = ``"after_write@1"`` the process
+dies (``os._exit``, no cleanup) at that point of that batch, as a killed driver would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+import pipelines
+from pipelines.exactly_once import ExactlyOnceJob, close_clients, recover, write_delta_exactly_once
+
+CRASH_EXIT = 17
+
+
+def main() -> int:
+    cfg = json.loads(sys.argv[1])
+    point, _, batch = (cfg.get("fault") or "@").partition("@")
+
+    def fault(where: str, batch_id: int) -> None:
+        if where == point and batch_id == int(batch):
+            os._exit(CRASH_EXIT)
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    pipelines.register(spark)
+    source = {"service.url": cfg["url"], "topic": cfg["topic"], "subscriptionName": cfg["job"]}
+    job = ExactlyOnceJob(cfg["job"], cfg["checkpoint"], cfg["offsets"], source, fault=fault)
+    if not os.path.exists(os.path.join(cfg["checkpoint"], "metadata")):
+        recover(job, cfg["target"])
+    reader = spark.readStream.format("pulsarwire")
+    for k, v in {
+        **source,
+        **job.stream_options(),
+        "startingOffsets": "earliest",
+        "maxMessagesPerTrigger": str(cfg["max"]),
+    }.items():
+        reader = reader.option(k, v)
+    df = reader.load().selectExpr(
+        "CAST(value AS STRING) AS value", "topic", "partition", "ledgerId", "entryId", "batchIndex"
+    )
+    query = (
+        df.writeStream.foreachBatch(lambda b, i: write_delta_exactly_once(b, i, cfg["target"], job))
+        .option("checkpointLocation", cfg["checkpoint"])
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    close_clients()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
