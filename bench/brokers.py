@@ -59,9 +59,9 @@ def _die_with_parent() -> None:
 
 
 @contextlib.contextmanager
-def pulsarwire_broker() -> Iterator[str]:
+def pulsarwire_broker(*extra: str) -> Iterator[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pulsarwire.broker", "--port", "0", "--log-level", "WARNING"],
+        [sys.executable, "-m", "pulsarwire.broker", "--port", "0", "--log-level", "WARNING", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

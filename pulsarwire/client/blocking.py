@@ -37,6 +37,7 @@ from .core import AsyncClient
 from .message import Message
 from .producer import Producer as AsyncProducer
 from .routing import HashingScheme, RoutingMode
+from .schema import SchemaInfo
 
 R = TypeVar("R")
 __all__ = [
@@ -151,6 +152,10 @@ class Client:
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._core.get_topic_partitions(topic))
+
+    def get_schema(self, topic: str, version: bytes | None = None) -> SchemaInfo | None:
+        """The topic's latest schema (or ``version``), None when it has none (GET_SCHEMA)."""
+        return self._run(self._core.get_schema(topic, version))
 
     def get_topics_of_namespace(self, namespace: str, pattern: str | None = None) -> list[str]:
         """Persistent topics (partitions listed one by one) of ``tenant/namespace``, full-matching

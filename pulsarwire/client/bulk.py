@@ -158,7 +158,8 @@ class _ColumnReader(PartitionConsumer):
         c["publish_time"].extend([md.publish_time] * n)
         c["event_time"].extend((s.event_time or None) if s is not None else None for s in singles)
         c["properties"].extend(
-            [(kv.key, kv.value) for kv in s.properties] if s is not None else [] for s in singles
+            [(kv.key, kv.value) for kv in s.properties] if s is not None and s.properties else []
+            for s in singles
         )
         c["producer_name"].extend([md.producer_name] * n)
         first_seq = md.sequence_id

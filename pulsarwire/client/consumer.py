@@ -383,8 +383,11 @@ class PartitionConsumer:
     def _skip(self, mid: MessageId) -> bool:
         """True for messages before the start position (readers, after a seek)."""
         start = self._start
-        if start is None or not MessageId.EARLIEST < start < MessageId.LATEST:
-            return False  # EARLIEST and LATEST are no position to filter by
+        if start is None:
+            return False
+        if not MessageId.EARLIEST < start < MessageId.LATEST:
+            self._start = None  # EARLIEST and LATEST are no position to filter by
+            return False
         here: tuple[int, ...]
         there: tuple[int, ...]
         if start.batch_index < 0 or mid.batch_index < 0:

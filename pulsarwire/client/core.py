@@ -36,6 +36,7 @@ from .consumer import Consumer, ConsumerConfig, MessageQueue, PartitionConsumer
 from .producer import PartitionProducer, Producer, ProducerConfig
 from .retry import Backoff, Decision, RetryPolicy, decide
 from .routing import HashingScheme, Router, RoutingMode
+from .schema import SchemaInfo
 
 log = logging.getLogger("pulsarwire.client")
 T = pb.BaseCommand
@@ -179,6 +180,35 @@ class AsyncClient:
         topic = topic_name(topic)
         n = await self.get_partitioned_metadata(topic)
         return [f"{topic}-partition-{i}" for i in range(n)] if n else [topic]
+
+    async def get_schema(self, topic: str, version: bytes | None = None) -> SchemaInfo | None:
+        """The schema of ``topic`` (the latest, or ``version``) by GET_SCHEMA; None when it has none.
+
+        Pulsar keeps one schema per partitioned topic, so a partition answers with its parent's.
+        Raises the ServerError subclass of any other error the broker answers.
+        """
+        topic = topic_name(topic)
+
+        async def attempt() -> SchemaInfo | None:
+            conn = await self.connection_for(topic)
+            cmd, gs = new_command(T.GET_SCHEMA)
+            gs.topic = topic
+            if version is not None:
+                gs.schema_version = version
+            resp = await conn.request(cmd, self.operation_timeout)
+            if resp.is_error:
+                raise resp.error()
+            r = resp.command.getSchemaResponse
+            if r.HasField("error_code"):
+                if r.error_code == pb.TopicNotFound:  # Pulsar's answer for "no schema"
+                    return None
+                raise server_error(int(r.error_code), r.error_message or f"schema of {topic}")
+            if not r.HasField("schema"):
+                return None
+            return SchemaInfo.from_proto(r.schema, r.schema_version)
+
+        found: SchemaInfo | None = await self._with_retries(f"schema of {topic}", attempt)
+        return found
 
     # -- producers -----------------------------------------------------------------
     async def create_producer(

@@ -8,11 +8,11 @@ callers can build client messages, Arrow columns or broker-side views.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from pulsarwire.codec.batch import is_batch, iter_batch
+from pulsarwire.codec.batch import is_batch, split_batch
 from pulsarwire.codec.compression import decompress
 from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE
 from pulsarwire.errors import UnknownCompressionError
@@ -21,9 +21,11 @@ from pulsarwire.proto import pb
 _COMPRESSION_FIELD = pb.MessageMetadata.DESCRIPTOR.fields_by_name["compression"].number
 
 
-@dataclass(frozen=True, slots=True)
-class EntryMessage:
-    """One message of an entry: its batch index (-1 when not batched), per-message metadata, payload."""
+class EntryMessage(NamedTuple):
+    """One message of an entry: its batch index (-1 when not batched), per-message metadata, payload.
+
+    A NamedTuple rather than a dataclass: one is made per message on the consumer's hot path.
+    """
 
     batch_index: int
     single: pb.SingleMessageMetadata | None
@@ -53,4 +55,5 @@ def open_entry(
     data = uncompressed_payload(md, payload, max_uncompressed_size)
     if not is_batch(md):
         return [EntryMessage(-1, None, data)]
-    return [EntryMessage(i, smm, p) for i, (smm, p) in enumerate(iter_batch(data, md.num_messages_in_batch))]
+    metas, payloads = split_batch(data, md.num_messages_in_batch)
+    return list(map(EntryMessage, range(len(metas)), metas, payloads))
