@@ -57,8 +57,9 @@ def pulsar_to_delta(spark, url: str, topic: str, work: Path, per_batch: int, sin
     limit = {"maxMessagesPerTrigger": str(per_batch)} if per_batch else {}
     for k, v in {**source, "startingOffsets": "earliest", **limit}.items():
         reader = reader.option(k, v)
-    df = reader.load().select("key", "value", "topic", "partition", "ledgerId", "entryId", "batchIndex",
-                              "publishTime")
+    df = reader.load().select(
+        "key", "value", "topic", "partition", "ledgerId", "entryId", "batchIndex", "publishTime"
+    )
     rows = 0
 
     def write(batch, batch_id: int) -> None:
@@ -94,8 +95,12 @@ def rate_to_delta(spark, work: Path, count: int, per_batch: int) -> tuple[int, f
         .option("rowsPerBatch", per_batch or count)
         .option("numPartitions", 2)
         .load()
-        .selectExpr("CAST(NULL AS BINARY) AS key", "CAST(rpad(sha2(CAST(value AS STRING), 256), 100, 'x') AS BINARY) AS value",
-                    "timestamp AS publishTime", "value AS entryId")
+        .selectExpr(
+            "CAST(NULL AS BINARY) AS key",
+            "CAST(rpad(sha2(CAST(value AS STRING), 256), 100, 'x') AS BINARY) AS value",
+            "timestamp AS publishTime",
+            "value AS entryId",
+        )
     )
     t = time.perf_counter()
     q = df.writeStream.foreachBatch(write).option("checkpointLocation", str(work / "ck-rate")).start()
@@ -140,8 +145,10 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(machine())
-    print(f"{args.messages} messages of 100 bytes, {args.partitions} partitions, "
-          f"{args.per_batch} per micro-batch, Spark local[2]; filled in {fill_s:.1f} s")
+    print(
+        f"{args.messages} messages of 100 bytes, {args.partitions} partitions, "
+        f"{args.per_batch} per micro-batch, Spark local[2]; filled in {fill_s:.1f} s"
+    )
     a = rows / pulsar_s
     b = rate_rows / rate_s
     c = noop_rows / noop_s
