@@ -778,3 +778,18 @@ class PulsarStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _abort(self.settings, messages, batchId)
+
+
+def write_pulsar_exactly_once(batch_df: Any, batch_id: int, options: Mapping[str, str]) -> None:
+    """foreachBatch body for Delta/DataFrame → Pulsar: the micro-batch written as ``batchId``.
+
+    ``options`` are the sink's options and must hold ``producerNamePrefix``: then a batch
+    Spark replays after a failure is dropped by broker deduplication (see the module
+    docstring). Raises OptionError without it, SinkError when a send fails.
+    """
+    if not options.get("producerNamePrefix"):
+        raise OptionError("producerNamePrefix", "required for exactly-once writes from foreachBatch")
+    writer = batch_df.write.format("pulsarwire").mode("append").option("batchId", str(batch_id))
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.save()

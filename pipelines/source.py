@@ -643,3 +643,18 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._planner is not None:
             self._planner.close()
             self._planner = None
+
+
+def subscription_lag(options: Mapping[str, str]) -> Lag:
+    """Messages not yet committed per topic-partition, from the stream's durable subscription.
+
+    ``options`` are the stream's source options; a runner calls this between batches to show
+    how far behind a job is (the broker counts the backlog; nothing is read).
+    """
+    opts = SourceOptions.parse(options, streaming=True)
+    planner = Planner(opts.settings, opts.selector, subscription=opts.subscription)
+    try:
+        planner.latest(planner.partitions())  # attaches a zero-permit consumer per partition
+        return Lag(planner.backlog())
+    finally:
+        planner.close()

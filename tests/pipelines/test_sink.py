@@ -486,3 +486,30 @@ def test_sequence_ids_and_their_limits() -> None:
     assert full_topic_name("c") == "persistent://public/default/c"
     assert full_topic_name("a/b/c") == "persistent://a/b/c"
     assert full_topic_name("non-persistent://a/b/c") == "non-persistent://a/b/c"
+
+
+def test_foreach_batch_helper_is_exactly_once_across_replays(
+    spark: Any, dedup_broker: Broker, tmp_path: Path
+) -> None:
+    """Files → foreachBatch(write_pulsar_exactly_once); the same batch run twice lands once."""
+    from pipelines.sink import write_pulsar_exactly_once
+
+    url, topic = dedup_broker.service_url, new_topic()
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.json").write_text("\n".join(json.dumps({"value": f"r{i}"}) for i in range(30)))
+    opts = {"service.url": url, "topic": topic, "producerNamePrefix": "publish"}
+    calls: list[int] = []
+
+    def body(df: Any, batch_id: int) -> None:
+        write_pulsar_exactly_once(df, batch_id, opts)
+        write_pulsar_exactly_once(df, batch_id, opts)  # a replay of the same batch
+        calls.append(batch_id)
+
+    stream = spark.readStream.schema("value string").json(str(src))
+    q = stream.writeStream.foreachBatch(body).option("checkpointLocation", str(tmp_path / "ck"))
+    q.trigger(availableNow=True).start().awaitTermination(120)
+    assert calls == [0]
+    assert sorted(values(read_topic(url, topic))) == sorted(f"r{i}" for i in range(30))
+    with pytest.raises(OptionError, match="producerNamePrefix"):
+        write_pulsar_exactly_once(None, 0, {"service.url": url, "topic": topic})

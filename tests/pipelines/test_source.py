@@ -327,3 +327,30 @@ def test_option_errors_reach_the_user(spark: Any, dedup_broker: Broker) -> None:
         with pytest.raises(Exception) as info:
             run()
         assert message in str(info.value), (message, str(info.value)[:300])
+
+
+def test_subscription_lag_counts_what_is_not_committed(
+    dedup_broker: Broker, topic_name: str, produce
+) -> None:
+    from pipelines.options import client_settings
+    from pipelines.planner import Planner, TopicSelector
+    from pipelines.positions import Offsets, Position
+    from pipelines.source import subscription_lag
+
+    url = dedup_broker.service_url
+    dedup_broker.create_partitioned_topic(topic_name, 2)
+    ids = produce(url, topic_name, [b"x"] * 10, keys=[f"k{i}" for i in range(10)], batching_enabled=False)
+    options = {"service.url": url, "topic": topic_name, "subscriptionName": "lagging"}
+    lag = subscription_lag(options)
+    assert sum(lag.per_partition.values()) == 10 and lag.summary[2] <= 10
+    # release everything of partition 0 (a committed batch): its lag drops to 0
+    p0 = [m for m in ids if m.partition == 0]
+    planner = Planner(client_settings(options), TopicSelector((topic_name,)), subscription="lagging")
+    try:
+        last = max(p0, key=lambda m: (m.ledger_id, m.entry_id))
+        planner.release(Offsets({f"{topic_name}-partition-0": Position(last.ledger_id, last.entry_id)}))
+    finally:
+        planner.close()
+    lag = subscription_lag(options)
+    assert lag.per_partition[f"{topic_name}-partition-0"] == 0
+    assert lag.per_partition[f"{topic_name}-partition-1"] == 10 - len(p0)
