@@ -26,7 +26,8 @@ from pulsarwire.client.blocking import Client, CompressionType, InitialPosition
 from pulsarwire.codec import MessageId
 
 
-def fill(url: str, topic: str, count: int, size: int) -> MessageId:
+def fill(url: str, topic: str, count: int, size: int, *, last: bool = True) -> MessageId | None:
+    """Produce ``count`` LZ4-batched messages; the last message id (non-partitioned topics)."""
     payload = os.urandom(size // 2 + 1).hex().encode()[:size]
     client = Client(url)
     try:
@@ -36,6 +37,8 @@ def fill(url: str, topic: str, count: int, size: int) -> MessageId:
         for _ in range(count):
             producer.send_async(payload, None)
         producer.flush()
+        if not last:
+            return None
         probe = client.subscribe(topic, "probe")
         last = probe.get_last_message_id()
         probe.close()
@@ -114,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     with pulsarwire_broker() as url:
         topic = f"persistent://public/default/bench-consume-{uuid.uuid4().hex[:8]}"
         last = fill(url, topic, n, args.size)
+        assert last is not None
         rates = {
             "(a) pulsarwire receive+ack": n / pulsarwire_receive(url, topic, n),
             "(b) pulsarwire bulk arrow": n / pulsarwire_bulk(url, topic, n, last),

@@ -25,26 +25,10 @@ import time
 from pathlib import Path
 
 from brokers import machine, pulsarwire_broker
+from consume import fill
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-
-def fill(url: str, topic: str, count: int) -> None:
-    from pulsarwire.client.blocking import Client, CompressionType
-
-    payload = os.urandom(51).hex().encode()[:100]
-    client = Client(url)
-    try:
-        producer = client.create_producer(
-            topic, compression_type=CompressionType.LZ4, block_if_queue_full=True, max_pending_messages=20_000
-        )
-        for _ in range(count):
-            producer.send_async(payload, None)
-        producer.flush()
-        producer.close()
-    finally:
-        client.close()
 
 
 def pulsar_to_delta(spark, url: str, topic: str, work: Path, per_batch: int, sink: str) -> tuple[int, float]:
@@ -127,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with pulsarwire_broker("--partitioned-topic", f"{topic}={args.partitions}") as url:
             t = time.perf_counter()
-            fill(url, topic, args.messages)
+            fill(url, topic, args.messages, 100, last=False)
             fill_s = time.perf_counter() - t
             spark = (
                 SparkSession.builder.master("local[2]")

@@ -796,8 +796,10 @@ class ServerConnection(asyncio.Protocol):
             self._send_error(req.producer_id, req.sequence_id, faults.fail_code, "injected failure")
             return
         md = payload.metadata
-        highest = max(req.highest_sequence_id, req.sequence_id, topic.highest_sequence(md))
-        if self.broker.config.deduplication and highest <= topic.last_sequence.get(ref.name, -1):
+        # As Pulsar does: an entry is a duplicate when its *first* sequence id is not above the
+        # highest one stored for the producer name (a batch straddling it is dropped whole).
+        first = min(req.sequence_id, md.sequence_id) if md.HasField("sequence_id") else req.sequence_id
+        if self.broker.config.deduplication and first <= topic.last_sequence.get(ref.name, -1):
             self._receipt(req, -1, -1)
             return
         entry = topic.append(payload.entry, md)
