@@ -27,8 +27,8 @@ run: $(STAMP)
 	@exit 2
 
 lint: $(STAMP)
-	$(PY) -m ruff check pulsarwire pipelines tests bench
-	$(PY) -m ruff format --check pulsarwire pipelines tests bench
+	$(PY) -m ruff check pulsarwire pipelines tests bench jobs
+	$(PY) -m ruff format --check pulsarwire pipelines tests bench jobs
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

@@ -42,3 +42,15 @@ class SinkError(PipelinesError):
 
 class OffsetStoreError(PipelinesError):
     """The Delta offset store could not be read or written."""
+
+
+class JobError(PipelinesError, ValueError):
+    """A job file, its profile or a ``--set`` override is invalid; raised before Spark starts.
+
+    ``problems`` holds one line per problem, ``file: key.path: message`` (``file:line:col:
+    message`` for YAML syntax errors); ``str()`` joins them with newlines. Never holds secrets.
+    """
+
+    def __init__(self, problems: str | list[str] | tuple[str, ...]) -> None:
+        self.problems: tuple[str, ...] = (problems,) if isinstance(problems, str) else tuple(problems)
+        super().__init__("\n".join(self.problems))

@@ -1,0 +1,206 @@
+"""The ``pipelines`` command: validate, run, backfill and inspect YAML jobs.
+
+``pipelines validate [JOB.yaml ...]`` loads and validates jobs (default: every
+``jobs/*.yaml``) without starting Spark and prints ``ok  <file>`` or one line per
+problem (``file: key.path: message``); the exit status is 1 when any job is invalid.
+``run``, ``backfill`` and ``offsets show|reset`` validate their job the same way and
+then hand it to :mod:`pipelines.runner` (imported only then, so ``validate`` needs no
+Spark). Every command takes ``--env`` (the profile, default ``local``), ``--set
+key.path=value`` (repeatable) and ``--conf-dir``. Position arguments (``--from``,
+``--to``) are parsed here: the runner receives :class:`~pipelines.models.Bound` values
+as ``args.start``, ``args.end`` and ``args.position``.
+
+Exit status: 0 success, 1 an invalid job or a pipelines error, 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .config import display_path, dump_yaml, find_jobs, load_job, redacted
+from .errors import JobError, PipelinesError
+from .models import Bound, BoundError, Job, parse_bound
+
+__all__ = ["build_parser", "main"]
+
+
+def _start(text: str) -> Bound:
+    try:
+        return parse_bound(text)
+    except BoundError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _end(text: str) -> Bound:
+    try:
+        return parse_bound(text, end=True)
+    except BoundError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_POSITION_HELP = (
+    "earliest, latest, a time (milliseconds or ISO-8601, e.g. 2024-06-01T00:00:00Z) or JSON "
+    '{"topic-partition": "ledger:entry:batch"}'
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``pipelines`` command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--env", default="local", help="profile: conf/<ENV>.yaml, or a path to a profile (default: local)"
+    )
+    common.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key after the profile and the job file (YAML value; repeatable)",
+    )
+    common.add_argument(
+        "--conf-dir", type=Path, default=None, help="directory of the profiles (default: <project>/conf)"
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="pipelines", description="Validate and run YAML-defined Spark jobs over Pulsar and Delta."
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", parents=[common], help="validate job files without starting Spark")
+    p.add_argument("jobs", nargs="*", metavar="JOB.yaml", help="job files (default: every jobs/*.yaml)")
+    p.add_argument("--show", action="store_true", help="print each resolved job (secrets masked)")
+    p.set_defaults(handler=_validate)
+
+    p = sub.add_parser("run", parents=[common], help="run a job (streaming, until its trigger is done)")
+    p.add_argument("job", metavar="JOB.yaml")
+    p.set_defaults(handler=_run)
+
+    p = sub.add_parser("backfill", parents=[common], help="read a bounded range of a Pulsar job's topics")
+    p.add_argument("job", metavar="JOB.yaml")
+    p.add_argument(
+        "--from",
+        dest="start",
+        type=_start,
+        default=None,
+        help=f"start ({_POSITION_HELP}); default backfill.from",
+    )
+    p.add_argument(
+        "--to", dest="end", type=_end, default=None, help="end (as --from, not earliest); default backfill.to"
+    )
+    p.set_defaults(handler=_backfill)
+
+    p = sub.add_parser("offsets", help="show or reset a job's positions in the offset store")
+    osub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = osub.add_parser("show", parents=[common], help="print the stored positions of the job")
+    q.add_argument("job", metavar="JOB.yaml")
+    q.set_defaults(handler=_offsets)
+    q = osub.add_parser("reset", parents=[common], help="overwrite the stored positions of the job")
+    q.add_argument("job", metavar="JOB.yaml")
+    q.add_argument("--to", dest="position", type=_start, required=True, help=_POSITION_HELP)
+    q.add_argument("--yes", action="store_true", help="confirm: the job resumes from the new positions")
+    q.set_defaults(handler=_offsets)
+    return parser
+
+
+def _load(args: argparse.Namespace) -> Job:
+    return load_job(args.job, args.env, args.overrides, args.conf_dir)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    paths = list(args.jobs) or [display_path(p) for p in find_jobs()]
+    if not paths:
+        print("no job files: give JOB.yaml or create jobs/*.yaml", file=sys.stderr)
+        return 1
+    failed = False
+    printed: set[str] = set()
+    names: dict[str, str] = {}
+    checkpoints: dict[str, str] = {}
+    for path in paths:
+        try:
+            job = load_job(path, args.env, args.overrides, args.conf_dir)
+        except JobError as exc:
+            failed = True
+            new = [line for line in exc.problems if line not in printed]
+            for line in new or [f"{path}: invalid (the problems above)"]:
+                print(line)
+            printed.update(new)
+            continue
+        clashes = []
+        if job.name in names:
+            clashes.append(f"{path}: name: {job.name!r} is also the name of {names[job.name]}")
+        if job.checkpoint is not None and job.checkpoint in checkpoints:
+            clashes.append(f"{path}: checkpoint: also the checkpoint of {checkpoints[job.checkpoint]}")
+        names.setdefault(job.name, path)
+        if job.checkpoint is not None:
+            checkpoints.setdefault(job.checkpoint, path)
+        if clashes:
+            failed = True
+            for line in clashes:
+                print(line)
+            continue
+        print(f"ok  {path}")
+        if args.show:
+            print(textwrap.indent(dump_yaml(redacted(job)), "    "), end="")
+    return 1 if failed else 0
+
+
+def _run(args: argparse.Namespace) -> Any:
+    job = _load(args)
+    from .runner import run_job  # type: ignore[import-not-found,unused-ignore]
+
+    return run_job(job, args)
+
+
+def _backfill(args: argparse.Namespace) -> Any:
+    job = _load(args)
+    if job.source.pulsar is None:
+        raise job.error("source", "backfill reads a pulsar source; this job reads delta")
+    if args.start is None and job.backfill is None:
+        raise job.error("backfill", "no range: give --from (and --to) or a backfill section")
+    from .runner import backfill  # type: ignore[import-not-found,unused-ignore]
+
+    return backfill(job, args)
+
+
+def _offsets(args: argparse.Namespace) -> Any:
+    job = _load(args)
+    if job.offsets is None:
+        raise job.error("offsets", "this job has no offset store")
+    if args.action == "reset" and not args.yes:
+        print(
+            f"offsets reset rewrites the stored positions of job {job.name!r} in {job.offsets}; "
+            "add --yes to confirm",
+            file=sys.stderr,
+        )
+        return 2
+    from .runner import offsets_command  # type: ignore[import-not-found,unused-ignore]
+
+    return offsets_command(job, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose > 1 else logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+    try:
+        result = args.handler(args)
+    except JobError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except PipelinesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return int(result or 0)
