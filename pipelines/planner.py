@@ -159,6 +159,7 @@ class Planner:
                 initial_position=InitialPosition.Earliest,
                 receiver_queue_size=0,
                 durable=durable,
+                ack_group_time_ms=0,  # a release is sent at once: lag figures follow it
             )
             self._watchers[tp] = w
         return w
