@@ -49,6 +49,7 @@ from pulsarwire.codec.frames import new_command
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
+    ConsumerBusy,
     CorruptMessageError,
     InvalidConfigurationError,
     OperationTimeoutError,
@@ -336,6 +337,7 @@ class PartitionConsumer:
     async def _reconnect_loop(self) -> None:
         backoff = Backoff(self.client.retry)
         attempt = 0
+        began = time.monotonic()
         while self._in(HandlerState.RECONNECTING):
             if attempt:
                 delay = backoff.next_delay(time.monotonic(), None)
@@ -350,8 +352,16 @@ class PartitionConsumer:
             except (PulsarWireError, OSError) as exc:
                 if not self._in(HandlerState.CONNECTING):
                     return
+                # The broker may still hold our old consumer (it has not seen the old connection
+                # go, e.g. after a partition): ConsumerBusy on a *re*subscribe is retried until
+                # the operation timeout, as the Java client does.
+                stale = (
+                    isinstance(exc, ConsumerBusy)
+                    and time.monotonic() - began < self.client.retry.operation_timeout
+                )
                 if (
-                    isinstance(exc, PulsarWireError)
+                    not stale
+                    and isinstance(exc, PulsarWireError)
                     and decide(exc, attempt, self.client.retry) is Decision.FAIL
                 ):
                     self._set(HandlerState.FAILED)

@@ -327,6 +327,21 @@ class FrameDecoder:
             raise
 
 
+def split_frame(buf: bytes | bytearray | memoryview) -> int | None:
+    """The length of the first whole frame in ``buf`` (size prefix included), None if incomplete.
+
+    Only the 4-byte total size is read: for tools that forward frames untouched (a test
+    proxy); decoding is :class:`FrameDecoder`'s job. Raises FrameTooShortError for a total
+    size below the minimum.
+    """
+    if len(buf) < 4:
+        return None
+    (total,) = U32.unpack_from(buf, 0)
+    if total < MIN_FRAME_SIZE - 4:
+        raise FrameTooShortError(f"frame total size {total} is below the minimum of 4")
+    return 4 + total if len(buf) >= 4 + total else None
+
+
 def decode_frames(data: bytes, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> list[Frame]:
     """Decode a complete byte string into its frames; raises TruncatedFrameError on leftovers."""
     dec = FrameDecoder(max_message_size)
