@@ -48,7 +48,7 @@ def test_rules_are_checked() -> None:
 
 def test_cut_mid_batch_resends_with_the_same_sequence_ids(proxied: tuple[Broker, FaultProxy]) -> None:
     """The connection dies after the 3rd SEND: receipts lost, resends deduplicated, all once."""
-    broker, proxy = proxied
+    _, proxy = proxied
     proxy.cut_after("SEND", "to_broker", count=3)
     client = Client(proxy.service_url)
     try:
