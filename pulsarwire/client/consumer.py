@@ -230,6 +230,10 @@ class PartitionConsumer:
         self._nacks: dict[tuple[int, int], float] = {}
         self._chunk_ids: dict[tuple[int, int], tuple[MessageId, ...]] = {}  # last chunk -> all its chunks
         self._seeking = False  # a SEEK is in flight: what arrives is from before it
+        #: after a seek by publish time, until a message at or after it arrives: entries published
+        #: earlier are dropped (a reader that resubscribes before reading starts again from the
+        #: earliest message and must not hand out anything from before the seek)
+        self._seek_time: int | None = None
         self._seeks = 0  # seeks so far (acks from before a seek are not sent again after it)
         self._unacked: dict[tuple[int, int], float] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -277,6 +281,8 @@ class PartitionConsumer:
         if not cfg.durable:
             if self.last_dequeued is not None:  # resume after the last message handed out, not at it
                 self._start, self._start_inclusive = self.last_dequeued, False
+            elif self._seek_time is not None:  # sought by time, nothing read since: filter from the start
+                self._start = MessageId.EARLIEST
             start = self._start
             if start is not None:
                 s.start_message_id.CopyFrom(start.to_proto())
@@ -415,6 +421,11 @@ class PartitionConsumer:
         if self._seeking:  # sent before the broker reset the cursor: it comes again if still wanted
             self.consumed(max(int(md.num_messages_in_batch), 1))
             return
+        if self._seek_time is not None:
+            if md.publish_time < self._seek_time:
+                self.consumed(max(int(md.num_messages_in_batch), 1))
+                return
+            self._seek_time = None  # the first entry at or after the seek time: the rest follow it
         base = ev.message_id
         entry_id = MessageId(base.ledger_id, base.entry_id, self.partition)
         if is_chunk(md):
@@ -771,9 +782,11 @@ class PartitionConsumer:
         if isinstance(target, MessageId):
             s.message_id.CopyFrom(MessageId(target.ledger_id, target.entry_id).to_proto())
             self._start, self._start_inclusive = target, self.config.start_message_id_inclusive
+            self._seek_time = None
         else:
             s.message_publish_time = int(target)
             self._start = None
+            self._seek_time = int(target)
         self.flush_acks()
         self._pending_acks.clear()
         self._nacks.clear()

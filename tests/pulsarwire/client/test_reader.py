@@ -8,6 +8,7 @@ for a batch message id the earlier indexes of its batch are dropped too.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pulsar
 import pytest
@@ -241,3 +242,22 @@ def cut_time(client: pulsar.Client, topic: str) -> int:
     cut = int(time.time() * 1000)
     time.sleep(0.02)
     return cut
+
+
+def test_reader_reconnecting_after_a_seek_by_time_keeps_the_seek(
+    client: pulsar.Client, pw: Client, topic: str, shared_broker: Any
+) -> None:
+    """The connection drops between seek(time) and the first read: nothing from before the seek."""
+    before, after, cut = _produce_in_two_eras(client, topic)
+    reader = pw.create_reader(topic, MessageId.EARLIEST)
+    reader.seek(cut)
+    time.sleep(0.3)  # the broker resets the consumer after a seek; let it resubscribe first
+    assert shared_broker.drop_connections(topic) >= 1
+    assert [m.data() for m in pw_receive_n(reader, 10)] == after
+    pw_assert_silent(reader)
+    # and once something was read, a reconnect resumes after it (not at the seek time again)
+    reader.seek(cut)
+    assert [m.data() for m in pw_receive_n(reader, 3)] == after[:3]
+    assert shared_broker.drop_connections(topic) >= 1
+    assert [m.data() for m in pw_receive_n(reader, 7)] == after[3:]
+    pw_assert_silent(reader)
