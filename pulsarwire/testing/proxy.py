@@ -166,7 +166,12 @@ class FaultProxy:
             for pair in pairs:
                 pair.holding = True
                 pair.close("to_client")
-            self._loop.call_later(seconds, lambda: [p.close() for p in pairs])
+
+            def release() -> None:
+                for pair in pairs:
+                    pair.close()
+
+            self._loop.call_later(seconds, release)
             return len(pairs)
 
         return int(self._call(go()))

@@ -248,7 +248,7 @@ def test_reader_reconnecting_after_a_seek_by_time_keeps_the_seek(
     client: pulsar.Client, pw: Client, topic: str, shared_broker: Any
 ) -> None:
     """The connection drops between seek(time) and the first read: nothing from before the seek."""
-    before, after, cut = _produce_in_two_eras(client, topic)
+    _, after, cut = _produce_in_two_eras(client, topic)
     reader = pw.create_reader(topic, MessageId.EARLIEST)
     reader.seek(cut)
     time.sleep(0.3)  # the broker resets the consumer after a seek; let it resubscribe first
