@@ -226,11 +226,19 @@ class Planner:
         return Position(mid.ledger_id, mid.entry_id - 1, -1)
 
     def scan(
-        self, tp: str, start: Position, end: Position, max_rows: int | None, max_bytes: int | None
+        self,
+        tp: str,
+        start: Position,
+        end: Position,
+        max_rows: int | None,
+        max_bytes: int | None,
+        at_least_one: bool = True,
     ) -> Scan:
-        """Read ids and sizes after ``start`` until a limit is reached or ``end``; at least one row.
+        """Read ids and sizes after ``start`` until a limit is reached or ``end``.
 
-        ``more`` tells whether rows remain between the returned position and ``end``.
+        With ``at_least_one`` a message bigger than ``max_bytes`` still goes (or a stream
+        would stall on it). ``more`` tells whether rows remain between the returned position
+        and ``end``.
         """
         if not start < end:
             return Scan(start, 0, 0, False)
@@ -245,7 +253,7 @@ class Planner:
             n = len(ledgers)
             for i in range(n):
                 size = len(sizes[i]) if sizes is not None else 0
-                if rows and (
+                if (rows or not at_least_one) and (
                     (max_rows is not None and rows + 1 > max_rows)
                     or (max_bytes is not None and nbytes + size > max_bytes)
                 ):
@@ -286,6 +294,7 @@ class Planner:
         rows_left = max_rows
         bytes_left = max_bytes
         total = 0
+        first_round = True
         while active and (rows_left is None or rows_left > 0) and (bytes_left is None or bytes_left > 0):
             n = len(active)
             row_share = None if rows_left is None else max(1, -(-rows_left // n))
@@ -298,16 +307,15 @@ class Planner:
                     break
                 rs = None if row_share is None else min(row_share, rows_left or 0)
                 bs = None if byte_share is None else min(byte_share, bytes_left or 0)
-                s = self.scan(tp, pos[tp], latest[tp], rs, bs)
+                s = self.scan(tp, pos[tp], latest[tp], rs, bs, at_least_one=first_round)
                 pos[tp] = s.position
                 total += s.rows
                 if rows_left is not None:
                     rows_left -= s.rows
                 if bytes_left is not None:
                     bytes_left -= s.bytes
-                if s.more:
+                if s.more and s.rows:
                     still.append(tp)
-            if still == active and row_share is not None and rows_left is not None and rows_left <= 0:
-                break
+            first_round = False
             active = still
         return Offsets(pos), total
