@@ -106,14 +106,17 @@ KNOWN_OPTIONS = {
 
 
 def source_schema(options: Mapping[str, str]) -> StructType:
-    """The row schema (``includeProperties=false`` drops the properties column)."""
+    """The row schema (``includeProperties=false`` drops the properties column).
+
+    ``schema=auto`` fetches the topics' schema and types ``value`` by it (:mod:`pipelines.schemas`).
+    """
+    from .schemas import schema_mode, value_type
+
     include = opt_bool(options, "includeProperties", True)
-    mode = (options.get("schema") or "raw").lower()
-    if mode != "raw":
-        raise OptionError("schema", f"only 'raw' is supported, got {options.get('schema')!r}")
+    mode = schema_mode(options)
     fields = [
         StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
+        StructField("value", value_type(options) if mode == "auto" else BinaryType()),
         StructField("topic", StringType()),
         StructField("partition", IntegerType()),
         StructField("messageId", BinaryType()),
@@ -222,6 +225,7 @@ class SourceOptions:
     receiver_queue_size: int
     offset_store: str | None
     job: str | None
+    schema_mode: str = "raw"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -264,6 +268,8 @@ class SourceOptions:
         job = options.get("job")
         if store is not None and not job:
             raise OptionError("job", "required with offsetStore (the job whose positions to resume from)")
+        from .schemas import schema_mode as parse_schema_mode
+
         return cls(
             settings=settings,
             selector=selector,
@@ -280,6 +286,7 @@ class SourceOptions:
             receiver_queue_size=opt_int(options, "receiverQueueSize", 10_000, 1) or 10_000,
             offset_store=store,
             job=job,
+            schema_mode=parse_schema_mode(options),
         )
 
 
@@ -343,6 +350,7 @@ class ReadRange:
     poll_timeout_ms: int
     include_properties: bool
     receiver_queue_size: int
+    value_schema: Any = None  # a pipelines.schemas.ValueSchema under schema=auto: decodes ``value``
 
 
 def gap_after(start: Position, first: MessageId) -> bool:
@@ -362,7 +370,7 @@ def gap_after(start: Position, first: MessageId) -> bool:
     return not (first.ledger_id > start.ledger_id and first.entry_id == 0)
 
 
-def _spark_batch(batch: Any, include_properties: bool) -> Any:
+def _spark_batch(batch: Any, include_properties: bool, value_schema: Any = None) -> Any:
     import pyarrow as pa
 
     arrays = []
@@ -373,6 +381,8 @@ def _spark_batch(batch: Any, include_properties: bool) -> Any:
         col = batch.column(bulk_name)
         if bulk_name in ("publish_time", "event_time"):
             col = col.cast(pa.timestamp("us", tz="UTC"))
+        elif bulk_name == "value" and value_schema is not None:
+            col = value_schema.decode(batch)  # raises SchemaDecodeError naming the message
         arrays.append(col)
         names.append(spark_name)
     return pa.RecordBatch.from_arrays(arrays, names=names)
@@ -403,13 +413,15 @@ def read_range(r: ReadRange) -> Iterator[Any]:
         )
         try:
             for batch in batches:
-                yield _spark_batch(batch, r.include_properties)
+                yield _spark_batch(batch, r.include_properties, r.value_schema)
         except OperationTimeoutError:
             if seen_first:
                 raise
             # The broker reported messages up to ``end`` but delivers none after ``start``:
             # everything in the range is gone (or the broker is too slow: raise pollTimeoutMs).
             _data_loss(r, str(r.start), f"{r.end} (nothing arrived within pollTimeoutMs)")
+        finally:
+            batches.close()  # before client.close(): closing it later blocks on the stopped loop
     finally:
         client.close()
 
@@ -421,6 +433,9 @@ def _data_loss(r: ReadRange, after: str, upto: str) -> None:
 
 
 def _ranges(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartition]:
+    from .schemas import value_schema_for
+
+    value_schema = value_schema_for(opts) if opts.schema_mode == "auto" else None
     return [
         InputPartition(
             ReadRange(
@@ -432,6 +447,7 @@ def _ranges(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPart
                 poll_timeout_ms=opts.poll_timeout_ms,
                 include_properties=opts.include_properties,
                 receiver_queue_size=opts.receiver_queue_size,
+                value_schema=value_schema,
             )
         )
         for tp, e in end.items()

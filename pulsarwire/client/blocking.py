@@ -89,6 +89,7 @@ class Client:
     """``Client("pulsar://localhost:6650", authentication=AuthenticationToken(...), ...)``."""
 
     def __init__(self, service_url: str, **options: Any) -> None:
+        self._stopped = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pulsarwire-client", daemon=True)
         self._thread.start()
@@ -101,6 +102,9 @@ class Client:
         return AsyncClient(service_url, **options)
 
     def _run(self, coro: Coroutine[Any, Any, R], timeout: float | None = None) -> R:
+        if self._stopped:  # the loop is gone: nothing would ever run it
+            coro.close()
+            raise AlreadyClosedError("client is closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def create_producer(
@@ -148,7 +152,8 @@ class Client:
                 except StopAsyncIteration:
                     return
         finally:
-            self._run(agen.aclose())  # an abandoned iteration still closes its reader
+            if not self._stopped:  # an abandoned iteration still closes its reader
+                self._run(agen.aclose())
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._core.get_topic_partitions(topic))
@@ -170,6 +175,7 @@ class Client:
         try:
             self._run(self._core.close(), timeout=60)
         finally:
+            self._stopped = True
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
 
