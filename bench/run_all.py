@@ -1,7 +1,7 @@
 """``make bench``: run every benchmark, print the figures and write them to bench/results.md.
 
 Each benchmark is a separate process (``bench/codec.py``, ``bench/produce.py``,
-``bench/consume.py``, ``bench/spark_ingest.py``); their output is copied verbatim under a heading, after the
+``bench/consume.py``, ``bench/memory.py``, ``bench/spark_ingest.py``); their output is copied verbatim under a heading, after the
 machine line. Sizes are moderate so the whole run takes a few minutes; pass
 ``--full`` for the sizes the issues name (1M messages).
 """
@@ -38,6 +38,7 @@ def main() -> None:
         ("Codec (bench/codec.py)", run("codec.py", "--batches", "1000" if args.full else "300")),
         ("Produce (bench/produce.py)", run("produce.py", "--messages", n)),
         ("Consume (bench/consume.py)", run("consume.py", "--messages", n)),
+        ("Memory (bench/memory.py)", run("memory.py", "--messages", "5000000" if args.full else "1000000")),
         ("Spark ingest (bench/spark_ingest.py)", run("spark_ingest.py", "--messages", n, "--per-batch", "0")),
     ]
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
