@@ -1,9 +1,9 @@
 """``make bench``: run every benchmark, print the figures and write them to bench/results.md.
 
 Each benchmark is a separate process (``bench/codec.py``, ``bench/produce.py``,
-``bench/consume.py``, ``bench/memory.py``, ``bench/spark_ingest.py``); their output is copied verbatim under a heading, after the
-machine line. Sizes are moderate so the whole run takes a few minutes; pass
-``--full`` for the sizes the issues name (1M messages).
+``bench/consume.py``, ``bench/memory.py``, ``bench/spark_ingest.py``); their output is copied
+verbatim under a heading, after the machine line. Sizes are moderate so the whole run takes
+a few minutes; pass ``--full`` for the sizes the issues name (1M messages, 5M for memory).
 """
 
 from __future__ import annotations
