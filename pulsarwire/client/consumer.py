@@ -49,6 +49,7 @@ from pulsarwire.codec.frames import new_command
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
+    ConnectionClosedError,
     ConsumerBusy,
     CorruptMessageError,
     InvalidConfigurationError,
@@ -234,6 +235,7 @@ class PartitionConsumer:
         #: earlier are dropped (a reader that resubscribes before reading starts again from the
         #: earliest message and must not hand out anything from before the seek)
         self._seek_time: int | None = None
+        self._seek_filter = False  # dropping entries before _seek_time until one at/after it came
         self._seeks = 0  # seeks so far (acks from before a seek are not sent again after it)
         self._unacked: dict[tuple[int, int], float] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -283,6 +285,7 @@ class PartitionConsumer:
                 self._start, self._start_inclusive = self.last_dequeued, False
             elif self._seek_time is not None:  # sought by time, nothing read since: filter from the start
                 self._start = MessageId.EARLIEST
+                self._seek_filter = True
             start = self._start
             if start is not None:
                 s.start_message_id.CopyFrom(start.to_proto())
@@ -295,6 +298,11 @@ class PartitionConsumer:
         if resp.is_error:
             conn.consumers.pop(cid, None)
             raise resp.error()
+        if conn.is_closed:
+            # The answer came, but the connection closed before we resumed: its close did not
+            # concern us yet (we were not on it), so nobody would ever notice. Subscribe again.
+            conn.consumers.pop(cid, None)
+            raise ConnectionClosedError(f"connection to {conn.url} closed while subscribing")
         self.consumer_id = cid
         self.connection = conn
         # Anything still queued from before is redelivered by the broker (or re-read by a reader).
@@ -356,6 +364,11 @@ class PartitionConsumer:
                 await self._connect()
                 return
             except (PulsarWireError, OSError) as exc:
+                if self._in(HandlerState.RECONNECTING):
+                    # The connection went while we subscribed on it, and its close already put us
+                    # back to RECONNECTING (no new task was started: this one is still running).
+                    log.info("consumer on %s: resubscribe %d lost its connection", self.topic, attempt)
+                    continue
                 if not self._in(HandlerState.CONNECTING):
                     return
                 # The broker may still hold our old consumer (it has not seen the old connection
@@ -421,11 +434,13 @@ class PartitionConsumer:
         if self._seeking:  # sent before the broker reset the cursor: it comes again if still wanted
             self.consumed(max(int(md.num_messages_in_batch), 1))
             return
-        if self._seek_time is not None:
+        if self._seek_filter and self._seek_time is not None:
             if md.publish_time < self._seek_time:
                 self.consumed(max(int(md.num_messages_in_batch), 1))
                 return
-            self._seek_time = None  # the first entry at or after the seek time: the rest follow it
+            # The first entry at or after the seek time: the rest of this subscription follows it.
+            # _seek_time stays until a message is handed out (last_dequeued then places a resubscribe).
+            self._seek_filter = False
         base = ev.message_id
         entry_id = MessageId(base.ledger_id, base.entry_id, self.partition)
         if is_chunk(md):
@@ -783,10 +798,12 @@ class PartitionConsumer:
             s.message_id.CopyFrom(MessageId(target.ledger_id, target.entry_id).to_proto())
             self._start, self._start_inclusive = target, self.config.start_message_id_inclusive
             self._seek_time = None
+            self._seek_filter = False
         else:
             s.message_publish_time = int(target)
             self._start = None
             self._seek_time = int(target)
+            self._seek_filter = True
         self.flush_acks()
         self._pending_acks.clear()
         self._nacks.clear()

@@ -35,6 +35,7 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
     ChecksumError,
+    ConnectionClosedError,
     LocalProtocolError,
     MessageTooBigError,
     ProducerQueueIsFullError,
@@ -194,6 +195,9 @@ class PartitionProducer:
         if resp.is_error:
             conn.producers.pop(self.producer_id, None)
             raise resp.error()
+        if conn.is_closed:  # answered, then closed before we resumed: nobody else would notice
+            conn.producers.pop(self.producer_id, None)
+            raise ConnectionClosedError(f"connection to {conn.url} closed while creating the producer")
         ok = resp.command.producer_success
         self.name = ok.producer_name
         if first and self.config.initial_sequence_id is None and ok.last_sequence_id >= 0:
@@ -242,6 +246,8 @@ class PartitionProducer:
                 return
             except PulsarWireError as exc:
                 decision = decide(exc, attempt, self.client.retry)
+                if self.state is HandlerState.RECONNECTING:  # its connection went meanwhile: again
+                    continue
                 if not self._in(HandlerState.CONNECTING):  # closed meanwhile
                     return
                 if decision is Decision.FAIL:
@@ -250,6 +256,8 @@ class PartitionProducer:
                 log.info("producer %s: reconnect attempt %d failed: %s", self.name, attempt, exc)
                 self._set(HandlerState.RECONNECTING)
             except OSError as exc:
+                if self.state is HandlerState.RECONNECTING:
+                    continue
                 if not self._in(HandlerState.CONNECTING):
                     return
                 log.info("producer %s: reconnect attempt %d failed: %s", self.name, attempt, exc)

@@ -251,7 +251,17 @@ def test_reader_reconnecting_after_a_seek_by_time_keeps_the_seek(
     _, after, cut = _produce_in_two_eras(client, topic)
     reader = pw.create_reader(topic, MessageId.EARLIEST)
     reader.seek(cut)
-    time.sleep(0.3)  # the broker resets the consumer after a seek; let it resubscribe first
+    # the broker resets the consumer after a seek: once it has resubscribed (and maybe already
+    # prefetched what follows the seek), cut the connection before anything is read
+    deadline = time.monotonic() + 10
+    while shared_broker.drop_connections(topic) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert [m.data() for m in pw_receive_n(reader, 10)] == after
+    pw_assert_silent(reader)
+    # a seek whose messages were prefetched (not read) when the connection went
+    reader.seek(cut)
+    time.sleep(0.5)
     assert shared_broker.drop_connections(topic) >= 1
     assert [m.data() for m in pw_receive_n(reader, 10)] == after
     pw_assert_silent(reader)
