@@ -881,7 +881,8 @@ class PartitionConsumer:
             return
         self.flush_acks()
         prior = self.state
-        self._set(HandlerState.CLOSING)
+        if prior not in (HandlerState.FAILED, HandlerState.TERMINATED, HandlerState.UNINITIALIZED):
+            self._set(HandlerState.CLOSING)  # a failed or never-started one goes straight to CLOSED
         if self._reconnecting is not None:
             self._reconnecting.cancel()
         for t in self._tasks:

@@ -265,7 +265,9 @@ class PartitionProducer:
 
     def _give_up(self, exc: BaseException) -> None:
         self._error = exc
-        self._set(HandlerState.TERMINATED if isinstance(exc, TopicTerminatedError) else HandlerState.FAILED)
+        if self.state not in (HandlerState.CLOSING, HandlerState.CLOSED):  # a closing one just closes
+            terminated = isinstance(exc, TopicTerminatedError)
+            self._set(HandlerState.TERMINATED if terminated else HandlerState.FAILED)
         self._fail_all(exc)
 
     def _fail_all(self, exc: BaseException) -> None:
@@ -589,7 +591,8 @@ class PartitionProducer:
         if self.state is HandlerState.READY:
             await self.flush()
         prior = self.state
-        self._set(HandlerState.CLOSING)
+        if prior not in _ENDED:  # a failed, terminated or never-started one goes straight to CLOSED
+            self._set(HandlerState.CLOSING)
         if self._reconnecting is not None:
             self._reconnecting.cancel()
         conn = self.connection
@@ -605,6 +608,9 @@ class PartitionProducer:
         self._fail_all(AlreadyClosedError(f"producer on {self.topic} closed"))
         if self._timeout_task is not None:
             self._timeout_task.cancel()
+
+
+_ENDED = (HandlerState.FAILED, HandlerState.TERMINATED, HandlerState.UNINITIALIZED)
 
 
 def _complete(fut: asyncio.Future[MessageId], mid: MessageId) -> None:

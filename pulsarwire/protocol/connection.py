@@ -309,13 +309,19 @@ class ClientProtocol:
     def send_message(self, cmd: pb.BaseCommand, metadata: pb.MessageMetadata | bytes, payload: bytes) -> int:
         """Queue a SEND; raises LocalProtocolError if the frame would exceed max_message_size."""
         self._require_ready()
-        frame = encode_payload_command(cmd, metadata, payload)
+        try:
+            frame = encode_payload_command(cmd, metadata, payload)
+        except EncodeError as exc:
+            raise LocalProtocolError(f"cannot send {T.Type.Name(cmd.type)}: {exc}") from None
         if len(frame) - 4 > self.max_message_size + 10 * 1024:
             raise LocalProtocolError(f"frame of {len(frame)} bytes exceeds the broker's max_message_size")
         self._out += frame
         return len(frame)
 
     def answer_auth_challenge(self, method: str, data: bytes) -> None:
+        """Queue AUTH_RESPONSE (also before CONNECTED: the broker may challenge the handshake)."""
+        if self.state is ConnectionState.CLOSED:
+            raise LocalProtocolError("connection is closed: no AUTH_RESPONSE")
         cmd, r = new_command(T.AUTH_RESPONSE)
         r.client_version = self.client_version
         r.protocol_version = PROTOCOL_VERSION

@@ -1683,15 +1683,6 @@ def _ready(machine_cls: type[_HandlerMachine]) -> _HandlerMachine:
     return m
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=LocalProtocolError,
-    reason="PartitionProducer.close (producer.py:592) and PartitionConsumer.close (consumer.py:884) "
-    "always move to CLOSING first, which HANDLER_TRANSITIONS allows only from CONNECTING/READY/"
-    "RECONNECTING: closing a FAILED, TERMINATED or never-started handler raises 'illegal "
-    "transition ... -> closing' and leaves it unclosed (Producer.close() re-raises it to the "
-    "user; Consumer.close() swallows it)",
-)
 @pytest.mark.parametrize(
     ("machine_cls", "how"),
     [
@@ -1807,14 +1798,6 @@ def test_bug_close_during_the_first_creation_then_late_answer(machine_cls: type[
         m.teardown()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="PartitionProducer.on_event (producer.py:287-288) calls _give_up() for SEND_ERROR "
-    "TopicTerminated in any state; while CLOSING that is CLOSING -> TERMINATED, illegal, and the "
-    "LocalProtocolError escapes Connection.data_received (asyncio then drops the whole connection). "
-    "Reachable with a send that timed out (its SEND still on the wire) followed by close()",
-)
 def test_bug_topic_terminated_while_closing_does_not_escape_the_connection() -> None:
     m = _ready(ProducerMachine)
     try:
@@ -1830,12 +1813,6 @@ def test_bug_topic_terminated_while_closing_does_not_escape_the_connection() -> 
         m.teardown()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="ClientProtocol.send_message does not catch protobuf's EncodeError (connection.py:312) as "
-    "send_command/send_request do: a SEND or metadata missing required fields escapes untyped",
-)
 @pytest.mark.parametrize("which", ["command", "metadata"])
 def test_bug_send_message_unencodable_raises_local_protocol_error(which: str) -> None:
     proto = ClientProtocol()
@@ -1850,12 +1827,6 @@ def test_bug_send_message_unencodable_raises_local_protocol_error(which: str) ->
     assert proto.data_to_send() == b""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="ClientProtocol.answer_auth_challenge has no state check (connection.py:318-324): on a "
-    "closed connection it still queues an AUTH_RESPONSE, unlike every other send",
-)
 def test_bug_answer_auth_challenge_after_close_sends_nothing() -> None:
     proto = ClientProtocol()
     proto.connect(0.0)
