@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pulsarwire.client.core import topic_name
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import OperationTimeoutError
 
@@ -48,11 +49,8 @@ def partition_of(topic_partition: str) -> int:
 
 
 def full_topic_name(topic: str) -> str:
-    topic = topic.strip()
-    if "://" in topic:
-        return topic
-    parts = topic.split("/")
-    return f"persistent://public/default/{topic}" if len(parts) == 1 else f"persistent://{topic}"
+    """``x`` → ``persistent://public/default/x``; ``t/n/x`` → ``persistent://t/n/x`` (the client's rule)."""
+    return topic_name(topic.strip())
 
 
 @dataclass(frozen=True)

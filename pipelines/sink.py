@@ -46,6 +46,7 @@ from pulsarwire.errors import ProducerBusy
 
 from .errors import OptionError, SinkError
 from .options import CLIENT_PREFIX, ClientSettings, client_settings, opt_bool, opt_int
+from .planner import full_topic_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -294,16 +295,6 @@ def sequence_id(batch_id: int, row: int) -> int:
             "partition (repartition the input)"
         )
     return (batch_id << ROW_BITS) + row
-
-
-def full_topic_name(topic: str) -> str:
-    """Pulsar's short topic names spelled out.
-
-    ``x`` → ``persistent://public/default/x``; ``t/n/x`` → ``persistent://t/n/x``.
-    """
-    if "://" in topic:
-        return topic
-    return f"persistent://public/default/{topic}" if "/" not in topic else f"persistent://{topic}"
 
 
 def base_topic(topic: str) -> str:
