@@ -38,11 +38,9 @@ from .errors import PipelinesError
 from .exactly_once import ExactlyOnceJob, close_clients, query_id, recover, write_delta_exactly_once
 from .models import Bound, Job
 from .offsets import OffsetStore
-from .options import client_settings
-from .planner import Planner, TopicSelector
+from .planner import Planner
 from .positions import Offsets, Position
-from .source import Bound as SourceBound
-from .source import resolve_end, resolve_start, subscription_lag
+from .source import bounds, lag_planner, subscription_lag
 
 log = logging.getLogger("pipelines.runner")
 
@@ -108,6 +106,7 @@ class Progress:
 
     job: Job
     lag_options: dict[str, str] | None = None
+    _planner: Planner | None = None  # one connection for every lag figure of the run
     batches: int = 0
     rows: int = 0
     busy: float = 0.0  # seconds spent in batches (the rest is Spark start-up and planning)
@@ -117,7 +116,9 @@ class Progress:
         if self.lag_options is None:
             return "-"
         try:
-            lo, avg, hi = subscription_lag(self.lag_options).summary
+            if self._planner is None:
+                self._planner = lag_planner(self.lag_options)
+            lo, avg, hi = subscription_lag(self.lag_options, self._planner).summary
         except Exception as exc:  # informative only
             log.debug("lag unavailable: %s", exc)
             return "?"
@@ -132,7 +133,13 @@ class Progress:
             f"uncommitted left {self.lag()}"
         )
 
+    def close(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
+            self._planner = None
+
     def summary(self, extra: str = "") -> None:
+        self.close()
         took = time.monotonic() - self.started
         rate = self.rows / self.busy if self.busy > 0 else 0.0
         say(
@@ -234,6 +241,8 @@ def _stream(job: Job, spark: Any) -> int:
     except KeyboardInterrupt:
         say(f"[{job.name}] interrupted: stopping after the current batch")
         query.stop()
+    finally:
+        progress.close()
     if job.sink.delta is not None:
         extra = f"; {job.sink.delta.path} has {_delta_rows(job.sink.delta.path, job)} rows"
     progress.summary(extra)
@@ -419,7 +428,7 @@ def backfill(job: Job, args: Any = None) -> int:
                 storage_options=job.storage_options(),
             )
             if job.offsets is not None:
-                positions = _end_positions(job, opts)
+                positions = _end_positions(opts)
                 if len(positions):
                     OffsetStore(job.offsets, storage_options=job.storage_options()).commit(
                         f"{job.name}/backfill", positions, i
@@ -445,18 +454,11 @@ def backfill(job: Job, args: Any = None) -> int:
     return 0
 
 
-def _end_positions(job: Job, opts: dict[str, str]) -> Offsets:
+def _end_positions(opts: dict[str, str]) -> Offsets:
     """Where a bounded read with ``opts`` ended, per topic-partition."""
     from .source import SourceOptions
 
-    so = SourceOptions.parse(opts, streaming=False)
-    planner = Planner(so.settings, so.selector)
-    try:
-        parts = planner.partitions()
-        latest = planner.latest(parts)
-        return resolve_end(planner, so.ending, parts, latest)
-    finally:
-        planner.close()
+    return bounds(SourceOptions.parse(opts, streaming=False), ends_only=True)[1]
 
 
 # -- offsets -----------------------------------------------------------------------------------
@@ -485,23 +487,9 @@ def offsets_command(job: Job, args: Any) -> int:
 
 
 def _positions_for(job: Job, bound: Bound) -> Offsets:
-    src = job.source_options()
-    planner = Planner(client_settings(src), _selector(src))
-    try:
-        parts = planner.partitions()
-        latest = planner.latest(parts)
-        if bound.kind == "offsets":
-            specs = {k: Position.parse(v, "--to") for k, v in (bound.offsets or {}).items()}
-            return Offsets(specs)
-        sb = (
-            SourceBound("time", time_ms=bound.time_ms or 0)
-            if bound.kind == "time"
-            else SourceBound(bound.kind)
-        )
-        return resolve_start(planner, sb, parts, latest)
-    finally:
-        planner.close()
+    """The start positions ``bound`` names for every partition of the job's source."""
+    if bound.kind == "offsets":
+        return Offsets({k: Position.parse(v, "--to") for k, v in (bound.offsets or {}).items()})
+    from .source import SourceOptions
 
-
-def _selector(options: dict[str, str]) -> TopicSelector:
-    return TopicSelector.from_options(options)
+    return bounds(SourceOptions.parse(job.backfill_options(start=bound), streaming=False))[0]

@@ -325,6 +325,21 @@ def resolve_end(planner: Planner, bound: Bound, partitions: list[str], latest: O
     return Offsets({tp: min(_spec(bound.per_topic[tp], latest[tp]), latest[tp]) for tp in partitions})
 
 
+def bounds(opts: SourceOptions, *, ends_only: bool = False) -> tuple[Offsets, Offsets]:
+    """(start, end) of a bounded read of every selected topic-partition, resolved now.
+
+    With ``ends_only`` the start is left empty (no seek by time is spent on it).
+    """
+    planner = Planner(opts.settings, opts.selector, poll_timeout_ms=opts.poll_timeout_ms)
+    try:
+        parts = planner.partitions()
+        latest = planner.latest(parts)
+        start = Offsets() if ends_only else resolve_start(planner, opts.starting, parts, latest)
+        return start, resolve_end(planner, opts.ending, parts, latest)
+    finally:
+        planner.close()
+
+
 def _spec(spec: Spec, latest: Position) -> Position:
     if spec == "earliest":
         return Position.EARLIEST
@@ -463,16 +478,9 @@ class PulsarBatchReader(DataSourceReader):
         self.opts = SourceOptions.parse(options, streaming=False)
 
     def partitions(self) -> list[InputPartition]:
-        planner = Planner(self.opts.settings, self.opts.selector, poll_timeout_ms=self.opts.poll_timeout_ms)
-        try:
-            parts = planner.partitions()
-            latest = planner.latest(parts)
-            start = resolve_start(planner, self.opts.starting, parts, latest)
-            end = resolve_end(planner, self.opts.ending, parts, latest)
-        finally:
-            planner.close()
+        start, end = bounds(self.opts)
         ranges = _ranges(self.opts, start, end)
-        log.info("batch read of %d topic-partitions, %d with data", len(parts), len(ranges))
+        log.info("batch read of %d topic-partitions, %d with data", len(end), len(ranges))
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -661,16 +669,24 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._planner = None
 
 
-def subscription_lag(options: Mapping[str, str]) -> Lag:
+def lag_planner(options: Mapping[str, str]) -> Planner:
+    """A planner on the stream's durable subscription, for :func:`subscription_lag` (close it)."""
+    opts = SourceOptions.parse(options, streaming=True)
+    return Planner(opts.settings, opts.selector, subscription=opts.subscription)
+
+
+def subscription_lag(options: Mapping[str, str], planner: Planner | None = None) -> Lag:
     """Messages not yet committed per topic-partition, from the stream's durable subscription.
 
     ``options`` are the stream's source options; a runner calls this between batches to show
-    how far behind a job is (the broker counts the backlog; nothing is read).
+    how far behind a job is (the broker counts the backlog; nothing is read). A runner asking
+    after every batch passes one :func:`lag_planner` instead of connecting each time.
     """
-    opts = SourceOptions.parse(options, streaming=True)
-    planner = Planner(opts.settings, opts.selector, subscription=opts.subscription)
+    own = planner is None
+    planner = planner or lag_planner(options)
     try:
-        planner.latest(planner.partitions())  # attaches a zero-permit consumer per partition
+        planner.latest(planner.partitions())  # attaches a zero-permit consumer per new partition
         return Lag(planner.backlog())
     finally:
-        planner.close()
+        if own:
+            planner.close()
