@@ -38,7 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 from .delta import delta_spark_available, is_table_name, spark_table_ref
 from .errors import OffsetStoreError
-from .positions import Offsets, Position
+from .positions import Offsets, Position, partition_of
 
 log = logging.getLogger("pipelines.offsets")
 
@@ -73,14 +73,6 @@ _AHEAD = (
 _SAME = "(s.ledger_id = t.ledger_id AND s.entry_id = t.entry_id AND s.batch_index = t.batch_index)"
 FORWARD_ONLY = f"{_AHEAD} OR ({_SAME} AND s.batch_id >= t.batch_id)"
 """The MERGE condition under which :meth:`OffsetStore.commit` updates a stored row."""
-
-_PARTITION = re.compile(r"-partition-(\d+)$")
-
-
-def partition_of(topic: str) -> int:
-    """The partition index of a topic-partition name, -1 for a non-partitioned topic."""
-    m = _PARTITION.search(topic)
-    return int(m.group(1)) if m else -1
 
 
 @dataclass(frozen=True, slots=True)

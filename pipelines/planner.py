@@ -35,17 +35,9 @@ from pulsarwire.errors import OperationTimeoutError
 
 from .errors import OptionError
 from .options import ClientSettings
-from .positions import Offsets, Position
+from .positions import Offsets, Position, partition_of
 
 log = logging.getLogger("pipelines.source")
-
-_PARTITION = re.compile(r"^(?P<parent>.+)-partition-(?P<n>\d+)$")
-
-
-def partition_of(topic_partition: str) -> int:
-    """The partition index in ``...-partition-N`` (-1 for a non-partitioned topic)."""
-    m = _PARTITION.match(topic_partition)
-    return int(m.group("n")) if m else -1
 
 
 def full_topic_name(topic: str) -> str:

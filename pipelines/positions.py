@@ -28,7 +28,14 @@ from pulsarwire.codec.message_id import MessageId
 from .errors import OptionError
 
 _TEXT = re.compile(r"-?\d+:-?\d+:-?\d+")
+_PARTITION = re.compile(r"^.+-partition-(\d+)$")
 _WHOLE = 1 << 62  # sorts a whole-entry position after every batch index of that entry
+
+
+def partition_of(topic_partition: str) -> int:
+    """The partition index in ``...-partition-N`` (-1 for a non-partitioned topic)."""
+    m = _PARTITION.match(topic_partition)
+    return int(m.group(1)) if m else -1
 
 
 @dataclass(frozen=True, slots=True)
