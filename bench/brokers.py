@@ -12,18 +12,17 @@ import contextlib
 import ctypes
 import os
 import platform
-import re
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
-READY = re.compile(r"ready on (pulsar://\S+)")
+from pulsarwire.testing.process import broker_process
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -60,31 +59,8 @@ def _die_with_parent() -> None:
 
 @contextlib.contextmanager
 def pulsarwire_broker(*extra: str) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pulsarwire.broker", "--port", "0", "--log-level", "WARNING", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        preexec_fn=_die_with_parent,
-    )
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 30
-        for line in proc.stdout:
-            match = READY.search(line)
-            if match:
-                yield match.group(1)
-                return
-            if time.monotonic() > deadline:
-                break
-        raise RuntimeError(f"pulsarwire broker did not report 'ready on' (exit code {proc.poll()})")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with broker_process("--log-level", "WARNING", *extra, preexec_fn=_die_with_parent) as url:
+        yield url
 
 
 def _free_port() -> int:

@@ -18,8 +18,6 @@ import argparse
 import json
 import os
 import random
-import re
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -80,33 +78,14 @@ def produce(service_url: str, topic: str, count: int, first: int = 0) -> int:
         client.close()
 
 
-READY = re.compile(r"ready on (pulsar://\S+)")
-
-
 @contextmanager
 def broker(data_dir: Path) -> Iterator[str]:
     """Our broker on a free loopback port (dedup on), data under ``data_dir``; stopped after."""
+    from pulsarwire.testing.process import broker_process
+
     data_dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pulsarwire.broker", "--port", "0", "--data-dir", str(data_dir), "--dedup"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            m = READY.search(line)
-            if m:
-                yield m.group(1)
-                return
-        raise RuntimeError(f"the broker did not start (exit code {proc.wait()})")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with broker_process("--data-dir", str(data_dir), "--dedup") as url:
+        yield url
 
 
 def summary(job: Any) -> None:
