@@ -49,7 +49,6 @@ from pulsarwire.codec.frames import new_command
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
-    ConnectionClosedError,
     ConsumerBusy,
     CorruptMessageError,
     InvalidConfigurationError,
@@ -68,6 +67,7 @@ from pulsarwire.protocol.connection import (
 )
 from pulsarwire.protocol.state import HANDLER_TRANSITIONS, HandlerState, transition
 
+from .creation import Creation, create
 from .message import Message
 from .retry import Backoff, Decision, decide
 
@@ -213,6 +213,7 @@ class PartitionConsumer:
         self.state = HandlerState.UNINITIALIZED
         self.consumer_id = 0
         self.connection: Connection | None = None
+        self.creating: Creation | None = None  # the SUBSCRIBE in flight
         self.consumer_name = config.consumer_name
         self.end_of_topic = False
         self.active = True
@@ -253,6 +254,13 @@ class PartitionConsumer:
         return self.state is state
 
     async def start(self) -> None:
+        """Subscribe for the first time; raises when the consumer cannot be created.
+
+        Called again by the client's retries after a retriable failure; raises
+        AlreadyClosedError once the consumer was closed (or failed) meanwhile.
+        """
+        if self.state not in (HandlerState.UNINITIALIZED, HandlerState.CONNECTING, HandlerState.RECONNECTING):
+            raise AlreadyClosedError(f"consumer on {self.topic} is {self.state.value}")
         self._set(HandlerState.CONNECTING)
         await self._connect()
         loop = asyncio.get_running_loop()
@@ -289,20 +297,10 @@ class PartitionConsumer:
             start = self._start
             if start is not None:
                 s.start_message_id.CopyFrom(start.to_proto())
-        conn.consumers[cid] = self
-        try:
-            resp = await conn.request(cmd, self.client.operation_timeout)
-        except BaseException:
-            conn.consumers.pop(cid, None)
-            raise
-        if resp.is_error:
-            conn.consumers.pop(cid, None)
-            raise resp.error()
-        if conn.is_closed:
-            # The answer came, but the connection closed before we resumed: its close did not
-            # concern us yet (we were not on it), so nobody would ever notice. Subscribe again.
-            conn.consumers.pop(cid, None)
-            raise ConnectionClosedError(f"connection to {conn.url} closed while subscribing")
+        close, c = new_command(T.CLOSE_CONSUMER)
+        c.consumer_id = cid
+        creation = Creation(conn, conn.consumers, cid, self)
+        await create(self, creation, cmd, close, self.client.operation_timeout, "consumer")
         self.consumer_id = cid
         self.connection = conn
         # Anything still queued from before is redelivered by the broker (or re-read by a reader).
@@ -340,12 +338,14 @@ class PartitionConsumer:
         log.info("consumer on %s: %s; reconnecting", self.topic, reason)
         if self.connection is not None:
             self.connection.consumers.pop(self.consumer_id, None)
+        if self.creating is not None:  # its awaiter sees RECONNECTING and subscribes again
+            self.creating.forget()
         self.connection = None
         self._set(HandlerState.RECONNECTING)
         dropped = self.queue.drop(self)
         if dropped:
             log.debug("consumer on %s: dropped %d queued messages", self.topic, dropped)
-        if self._reconnecting is None or self._reconnecting.done():
+        if self.creating is None and (self._reconnecting is None or self._reconnecting.done()):
             self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect_loop())
 
     async def _reconnect_loop(self) -> None:
@@ -885,6 +885,8 @@ class PartitionConsumer:
             self._set(HandlerState.CLOSING)  # a failed or never-started one goes straight to CLOSED
         if self._reconnecting is not None:
             self._reconnecting.cancel()
+        if self.creating is not None:  # a late answer finds it closed (see client.creation)
+            self.creating.forget()
         for t in self._tasks:
             t.cancel()
         conn = self.connection

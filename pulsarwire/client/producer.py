@@ -35,7 +35,6 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
     ChecksumError,
-    ConnectionClosedError,
     LocalProtocolError,
     MessageTooBigError,
     ProducerQueueIsFullError,
@@ -48,6 +47,7 @@ from pulsarwire.proto import pb
 from pulsarwire.protocol.connection import Event, ProducerClosedByBroker, SendError, SendReceipt
 from pulsarwire.protocol.state import HANDLER_TRANSITIONS, HandlerState, transition
 
+from .creation import Creation, create
 from .retry import Backoff, Decision, decide
 
 if TYPE_CHECKING:
@@ -142,6 +142,7 @@ class PartitionProducer:
         self.producer_id = 0
         self.epoch = 0
         self.connection: Connection | None = None
+        self.creating: Creation | None = None  # the PRODUCER request in flight
         self.pending: deque[OpSend] = deque()
         self.pending_messages = 0
         self._batch: list[_Message] = []
@@ -169,7 +170,13 @@ class PartitionProducer:
         return self.state is HandlerState.READY and self.connection is not None
 
     async def start(self) -> None:
-        """Connect for the first time; raises when the producer cannot be created."""
+        """Connect for the first time; raises when the producer cannot be created.
+
+        Called again by the client's retries after a retriable failure; raises
+        AlreadyClosedError once the producer was closed (or ended) meanwhile.
+        """
+        if self.state not in (HandlerState.UNINITIALIZED, HandlerState.CONNECTING, HandlerState.RECONNECTING):
+            raise self._error or AlreadyClosedError(f"producer on {self.topic} is {self.state.value}")
         self._set(HandlerState.CONNECTING)
         await self._connect(first=True)
         self._timeout_task = asyncio.get_running_loop().create_task(self._watch_timeouts())
@@ -186,18 +193,10 @@ class PartitionProducer:
         p.epoch = self.epoch
         for k, v in sorted(self.config.properties.items()):
             p.metadata.add(key=k, value=v)
-        conn.producers[self.producer_id] = self
-        try:
-            resp = await conn.request(cmd, self.client.operation_timeout)
-        except BaseException:
-            conn.producers.pop(self.producer_id, None)
-            raise
-        if resp.is_error:
-            conn.producers.pop(self.producer_id, None)
-            raise resp.error()
-        if conn.is_closed:  # answered, then closed before we resumed: nobody else would notice
-            conn.producers.pop(self.producer_id, None)
-            raise ConnectionClosedError(f"connection to {conn.url} closed while creating the producer")
+        close, c = new_command(T.CLOSE_PRODUCER)
+        c.producer_id = self.producer_id
+        creation = Creation(conn, conn.producers, self.producer_id, self)
+        resp = await create(self, creation, cmd, close, self.client.operation_timeout, "producer")
         ok = resp.command.producer_success
         self.name = ok.producer_name
         if first and self.config.initial_sequence_id is None and ok.last_sequence_id >= 0:
@@ -225,9 +224,11 @@ class PartitionProducer:
         log.info("producer %s on %s: %s; reconnecting", self.name, self.topic, reason)
         if self.connection is not None:
             self.connection.producers.pop(self.producer_id, None)
+        if self.creating is not None:  # its awaiter sees RECONNECTING and creates again
+            self.creating.forget()
         self.connection = None
         self._set(HandlerState.RECONNECTING)
-        if self._reconnecting is None or self._reconnecting.done():
+        if self.creating is None and (self._reconnecting is None or self._reconnecting.done()):
             self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect_loop())
 
     async def _reconnect_loop(self) -> None:
@@ -595,6 +596,8 @@ class PartitionProducer:
             self._set(HandlerState.CLOSING)
         if self._reconnecting is not None:
             self._reconnecting.cancel()
+        if self.creating is not None:  # a late answer finds it closed (see client.creation)
+            self.creating.forget()
         conn = self.connection
         if conn is not None and not conn.is_closed and prior is HandlerState.READY:
             cmd, c = new_command(T.CLOSE_PRODUCER)
