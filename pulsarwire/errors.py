@@ -243,6 +243,10 @@ class InvalidConfigurationError(ClientError, ValueError):
     """An option or an operation does not fit the consumer/producer configuration."""
 
 
+class FlowControlError(RemoteProtocolError):
+    """The broker sent a consumer more entries than the permits it was granted allow."""
+
+
 class UnexpectedReceiptError(RemoteProtocolError):
     """A send receipt that does not match the oldest pending message (unknown producer, or ahead)."""
 

@@ -51,6 +51,7 @@ from pulsarwire.errors import (
     AlreadyClosedError,
     ConsumerBusy,
     CorruptMessageError,
+    FlowControlError,
     InvalidConfigurationError,
     OperationTimeoutError,
     PulsarWireError,
@@ -214,6 +215,10 @@ class PartitionConsumer:
         self.consumer_id = 0
         self.connection: Connection | None = None
         self.creating: Creation | None = None  # the SUBSCRIBE in flight
+        # Flow control books of the current subscription (see _within_permits).
+        self._granted = 0  # FLOW permits sent, plus what redelivery requests may restore
+        self._entries = 0  # entries the broker sent
+        self._received = 0  # messages in those entries
         self.consumer_name = config.consumer_name
         self.end_of_topic = False
         self.active = True
@@ -307,6 +312,7 @@ class PartitionConsumer:
         self.queue.drop(self)
         # _batches survives: acks of batch indexes made before the reconnect stay valid.
         self._consumed = 0
+        self._granted = self._entries = self._received = 0  # a new subscription: new books
         self._set(HandlerState.READY)
         self.flush_acks()  # acks made while disconnected go first, or the broker would redeliver those
         self._flow(cfg.receiver_queue_size)
@@ -319,6 +325,7 @@ class PartitionConsumer:
         f.messagePermits = permits
         with contextlib.suppress(PulsarWireError):  # a reconnect grants the whole queue again
             self.connection.send(cmd)
+            self._granted += permits
 
     def consumed(self, count: int = 1) -> None:
         """``count`` messages left the queue (or were skipped): give permits back in halves."""
@@ -390,10 +397,40 @@ class PartitionConsumer:
                 self._set(HandlerState.RECONNECTING)
 
     # -- events from the connection ------------------------------------------------
+    def _within_permits(self, messages: int) -> bool:
+        """Count one entry of ``messages`` messages; False when the broker had no permit for it.
+
+        A broker sends an entry only while it holds permits, and takes as many permits as the
+        entry has messages: even when it sends several batches on the strength of a few
+        permits, it never sends more *entries* than it was granted permits in all. It may give
+        permits back for messages we asked to be redelivered, at most one per message it sent
+        us, so a redelivery request widens the books by that much. An entry beyond them is a
+        broker flooding us: the connection is closed with FlowControlError (nothing of the
+        entry is queued or acknowledged; the resubscribe gets it again), so the receive queue
+        stays bounded by the permits granted.
+        """
+        self._entries += 1
+        self._received += messages
+        if self._entries <= self._granted:
+            return True
+        conn = self.connection
+        if conn is not None:
+            conn.abort(
+                FlowControlError(
+                    f"consumer on {self.topic}: the broker sent entry {self._entries} with only "
+                    f"{self._granted} permits granted"
+                )
+            )
+        return False
+
     def on_event(self, event: Event) -> None:
         if isinstance(event, MessageReceived):
-            self._on_message(event)
+            md = event.payload.metadata
+            if self._within_permits(max(int(md.num_messages_in_batch), 1)):
+                self._on_message(event)
         elif isinstance(event, CorruptMessage):
+            if not self._within_permits(1):
+                return
             mid = event.message_id.with_partition(self.partition)
             self.consumed(1)
             self.queue.put_error(
@@ -732,6 +769,8 @@ class PartitionConsumer:
             conn.send(cmd)
         except PulsarWireError as exc:
             log.info("consumer on %s: redelivery request lost with the connection: %s", self.topic, exc)
+            return
+        self._granted += self._received  # permits the broker may give back (see _within_permits)
 
     def redeliver_unacknowledged_messages(self) -> None:
         """Ask the broker to send every unacknowledged message again."""

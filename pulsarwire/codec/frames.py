@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import crc32c as _crc32c
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
@@ -70,6 +71,39 @@ _EMPTY_SUBS = frozenset(
     for n, name in _SUB_FIELD.items()
     if not getattr(pb.BaseCommand.DESCRIPTOR.fields_by_name[name].message_type, "fields", ())
 )
+
+
+# ServerError fields per command type. Pulsar's enums are closed (proto2): a code newer than our
+# schema is kept as an unknown field and leaves the field unset, and a *required* one (ERROR,
+# SEND_ERROR) would make the whole command look malformed. Such a code reads as UnknownError.
+def _server_error_fields(sub_field: str) -> tuple[FieldDescriptor, ...]:
+    sub = pb.BaseCommand.DESCRIPTOR.fields_by_name[sub_field].message_type
+    assert sub is not None
+    return tuple(f for f in sub.fields if f.enum_type is not None and f.enum_type.name == "ServerError")
+
+
+_SERVER_ERROR_FIELDS: dict[int, tuple[FieldDescriptor, ...]] = {
+    n: fields for n, name in _SUB_FIELD.items() if (fields := _server_error_fields(name))
+}
+
+
+def _unknown_server_errors(sub: Message, fields: tuple[FieldDescriptor, ...]) -> None:
+    """Set each ServerError field that holds a code our schema does not know to UnknownError,
+    naming the code in the sub-command's ``message`` when it has one."""
+    unset = {f.number: f for f in fields if not sub.HasField(f.name)}
+    if not unset:
+        return
+    unknown = UnknownFieldSet(sub)
+    for i in range(len(unknown)):
+        field = unset.get(unknown[i].field_number)
+        if field is None or not isinstance(unknown[i].data, int):
+            continue
+        setattr(sub, field.name, pb.UnknownError)
+        text_field = sub.DESCRIPTOR.fields_by_name.get("message")
+        if text_field is not None:
+            note = f"server error code {unknown[i].data} unknown to this client"
+            text = getattr(sub, text_field.name)
+            setattr(sub, text_field.name, f"{text} ({note})" if text else note)
 
 
 def _missing_required(msg: Message) -> str:
@@ -154,6 +188,9 @@ def decode_command(data: bytes) -> pb.BaseCommand:
             raise MissingSubCommandError(
                 f"{pb.BaseCommand.Type.Name(cmd.type)} command without its '{name}' sub-message"
             )
+    fields = _SERVER_ERROR_FIELDS.get(cmd.type)
+    if fields:
+        _unknown_server_errors(sub_command(cmd), fields)
     if not cmd.IsInitialized():
         missing = _missing_required(sub_command(cmd))
         raise MalformedCommandError(

@@ -143,7 +143,8 @@ class Connection(asyncio.Protocol):
             if not self.ready.done():
                 self.ready.set_result(event)
         elif isinstance(event, ConnectionClosed):
-            self.close_error = event.error
+            if self.close_error is None:  # not already closed by abort()
+                self.close_error = event.error
             log.info("%s: %s", self.url, event.reason)
             if self.transport is not None:
                 self.transport.close()
@@ -217,5 +218,16 @@ class Connection(asyncio.Protocol):
         self._flush()
 
     def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self, error: PulsarWireError) -> None:
+        """Close at once because the broker broke the protocol: everything on the connection
+        sees ``error`` (requests fail, handlers reconnect)."""
+        if self.is_closed:
+            return
+        log.error("%s: %s; closing the connection", self.url, error)
+        self.close_error = error
+        self._finish(error)
         if self.transport is not None:
             self.transport.close()

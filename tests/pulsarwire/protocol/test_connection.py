@@ -59,6 +59,7 @@ from pulsarwire.errors import (
     TopicTerminatedError,
     TruncatedFrameError,
     UnknownCommandTypeError,
+    UnknownError,
 )
 from pulsarwire.proto import PROTOCOL_VERSION, pb
 from pulsarwire.protocol.connection import (
@@ -638,6 +639,43 @@ def test_error_response_exposes_the_server_error_subclass(code: int) -> None:
     assert type(err) is SERVER_ERRORS[code]
     assert isinstance(err, ServerError) and isinstance(err, PulsarWireError)
     assert err.server_message == "why"
+    assert proto.state is ConnectionState.READY
+
+
+def _with_error_code(type_: int, code: int, **fields: Any) -> bytes:
+    """An ERROR or SEND_ERROR frame whose ServerError field holds ``code``, which may be newer
+    than our schema (the field's varint borrowed from an integer field of the same number)."""
+    cmd = command(type_, **fields)
+    sub = cmd.error if type_ == T.ERROR else cmd.send_error
+    sub.ClearField("error")  # field 2 of CommandError, 3 of CommandSendError
+    same_number = (
+        pb.CommandSendError(sequence_id=code) if type_ == T.ERROR else pb.CommandSend(num_messages=code)
+    )
+    sub_bytes = sub.SerializePartialToString() + same_number.SerializePartialToString()
+    assert len(sub_bytes) < 128  # its length is a one-byte varint
+    head = pb.BaseCommand()
+    head.type = type_  # type: ignore[assignment]
+    tag = (pb.BaseCommand.DESCRIPTOR.fields_by_number[type_].number << 3) | 2
+    body = head.SerializeToString() + bytes([tag, len(sub_bytes)]) + sub_bytes
+    return struct.pack(">II", 4 + len(body), len(body)) + body
+
+
+@pytest.mark.parametrize("code", [sorted(SERVER_ERRORS)[-1] + 1, 99, 2**31 - 1])
+def test_error_with_a_code_newer_than_our_schema_is_unknown_error_not_malformed(code: int) -> None:
+    """Pulsar adds error codes; an old client must not drop the connection over one (the field is
+    required, and a closed proto2 enum would leave it unset)."""
+    proto = ready_client()
+    rid = proto.send_request(command(T.PRODUCER, topic="t", producer_id=1))
+    proto.receive_data(_with_error_code(T.ERROR, code, request_id=rid, message="why"), 1.0)
+    ev = one_event(proto)
+    assert isinstance(ev, Response) and ev.is_error
+    err = ev.error()
+    assert type(err) is UnknownError
+    assert err.server_message == f"why (server error code {code} unknown to this client)"
+    proto.receive_data(_with_error_code(T.SEND_ERROR, code, producer_id=5, sequence_id=9), 1.0)
+    ev = one_event(proto)
+    assert isinstance(ev, SendError) and (ev.producer_id, ev.sequence_id) == (5, 9)
+    assert type(ev.error) is UnknownError
     assert proto.state is ConnectionState.READY
 
 

@@ -53,6 +53,7 @@ from pulsarwire.codec import (
     Frame,
     FrameDecoder,
     MessageId,
+    encode_batch,
     encode_command,
     encode_payload_command,
     new_command,
@@ -66,6 +67,7 @@ from pulsarwire.errors import (
     CommandSizeError,
     ConsumerBusy,
     CorruptMessageError,
+    FlowControlError,
     FrameTooLargeError,
     FrameTooShortError,
     IncompatibleSchema,
@@ -1210,6 +1212,7 @@ class _HandlerMachine(RuleBasedStateMachine):
         self.create_task: asyncio.Task[None] | None = None
         self.close_task: asyncio.Task[None] | None = None
         self.dead_ids: set[int] = set()  # re-creations the broker closed before answering
+        self.redelivered = 0  # REDELIVER_UNACKNOWLEDGED_MESSAGES requests seen
         # producer model
         self.unacked: list[int] = []
         self.futures: dict[int, asyncio.Future[MessageId]] = {}
@@ -1269,6 +1272,8 @@ class _HandlerMachine(RuleBasedStateMachine):
                 self.sends.append(f.command.send.sequence_id)
             elif f.type == T.FLOW:
                 self.flows.append(f.command.flow.messagePermits)
+            elif f.type == T.REDELIVER_UNACKNOWLEDGED_MESSAGES:
+                self.redelivered += 1
             else:
                 raise AssertionError(f"unexpected {T.Type.Name(f.type)} from the client")
 
@@ -1816,3 +1821,62 @@ def test_answer_auth_challenge_after_close_sends_nothing() -> None:
     _, exc = _typed_call(proto.answer_auth_challenge, "token", b"fresh")
     assert proto.data_to_send() == b"", "a closed connection queued bytes"
     assert isinstance(exc, LocalProtocolError)
+
+
+# -- flow control: a broker that sends beyond the permits it was granted -----------------------
+
+
+def _batch_frame(m: _HandlerMachine, entry: int, size: int) -> bytes:
+    """One batch entry of ``size`` messages for the machine's consumer."""
+    md = metadata()
+    md.num_messages_in_batch = size
+    payload = encode_batch((pb.SingleMessageMetadata(), b"m%d.%d" % (entry, i)) for i in range(size))
+    return message_frame(consumer_id=m._hid(), ledger=7, entry=entry, payload=payload, md=md)
+
+
+def test_entries_beyond_the_permits_close_the_connection_with_flow_control_error() -> None:
+    m = _ready(ConsumerMachine)
+    try:
+        permits = m.handler.config.receiver_queue_size
+        assert m.flows == [permits]
+        conn = m.broker.conn
+        assert conn is not None
+        # A broker may send a few batches on the strength of its permits (Pulsar's dispatcher
+        # reads as many entries as it has permits, whatever their size): all within the books.
+        data = b"".join(_batch_frame(m, e, 3) for e in range(permits))
+        m._drive(lambda: m._feed(conn, data))
+        assert not conn.is_closed and len(m.handler.queue) == 3 * permits
+        m._drive(lambda: m._feed(conn, _batch_frame(m, permits, 3)))  # one entry too many
+        assert conn.is_closed and isinstance(conn.close_error, FlowControlError)
+        assert str(permits) in str(conn.close_error)
+        assert not m.feed_errors
+        # Nothing of the flood was queued or acknowledged; the consumer subscribes again.
+        assert m.handler.state in (H.RECONNECTING, H.CONNECTING)
+        assert len(m.handler.queue) == 0  # a resubscribe gets everything unacknowledged again
+        assert m.create is not None and m.create[0] is not conn
+    finally:
+        m.teardown()
+
+
+def test_a_redelivery_request_lets_the_broker_send_again_what_it_sent() -> None:
+    m = _ready(ConsumerMachine)
+    try:
+        permits = m.handler.config.receiver_queue_size
+        conn = m.broker.conn
+        assert conn is not None
+        first = b"".join(_batch_frame(m, e, 1) for e in range(permits))
+        m._drive(lambda: m._feed(conn, first))
+        # The user asks for everything again; the broker may restore a permit per message sent.
+        m._drive(lambda: _async(m.handler.redeliver_unacknowledged_messages))
+        assert m.redelivered == 1
+        again = b"".join(_batch_frame(m, e, 1) for e in range(permits))
+        m._drive(lambda: m._feed(conn, again))
+        assert not conn.is_closed, conn.close_error
+        m._drive(lambda: m._feed(conn, _batch_frame(m, permits, 1)))  # beyond even that
+        assert isinstance(conn.close_error, FlowControlError)
+    finally:
+        m.teardown()
+
+
+async def _async(fn: Callable[[], Any]) -> Any:
+    return fn()
