@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup test run lint typecheck proto bench fuzz check clean
+.PHONY: setup test run lint typecheck proto bench fuzz soak check clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,11 @@ proto: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
+
+# Faults on a schedule while producing and streaming (tests/pipelines/test_soak.py, marker soak,
+# not part of make test); PULSARWIRE_SOAK_SECONDS sets the duration (default 180).
+soak: $(STAMP)
+	$(PY) -m pytest -q -s -m soak tests/pipelines/test_soak.py
 
 # atheris is optional: where no wheel installs, the runner uses its own mutation engine.
 fuzz: $(STAMP)

@@ -13,7 +13,8 @@
 * Delta → Pulsar (publish): the table's versions after the last published one, each a batch
   with ``batchId`` = the version, so a replay is dropped by broker deduplication; the last
   published version is kept in ``<checkpoint>/published.json``. Only appends are published;
-  a version that rewrote rows (MERGE, UPDATE, DELETE, OVERWRITE) stops the job with an error.
+  a version that rewrote rows (MERGE, UPDATE, DELETE, OVERWRITE) stops the job with an error,
+  and so does a version whose write failed (SinkError naming it and the task's cause).
 
 Each micro-batch prints one progress line (batch id, rows, uncommitted messages left on the
 subscription, duration) and the run ends with a summary. ``backfill`` is a bounded batch read
@@ -27,6 +28,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import PipelinesError
+from .errors import PipelinesError, SinkError
 from .exactly_once import ExactlyOnceJob, close_clients, query_id, recover, write_delta_exactly_once
 from .models import Bound, Job
 from .offsets import OffsetStore
@@ -166,7 +168,11 @@ def _counted(body: Callable[[Any, int], Any], progress: Progress) -> Callable[[A
 
 # -- run ---------------------------------------------------------------------------------------
 def run_job(job: Job, args: Any = None) -> int:
-    """``pipelines run``: run the job's trigger to its end; 0 on success, raises on failure."""
+    """``pipelines run``: run the job's trigger to its end; 0 on success, raises on failure.
+
+    A publish (Delta → Pulsar) whose Spark job fails raises SinkError naming the job, the table
+    version and the task's error; the versions before it stay recorded as published.
+    """
     spark, created = session(job)
     try:
         if job.source.kind == "delta":
@@ -321,6 +327,24 @@ def read_files(
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
+#: the error line a Python worker's traceback ends with, e.g. "pipelines.errors.SinkError: ..."
+_TASK_ERROR = re.compile(r"^(?:pipelines|pulsarwire)\.errors\.(\w+): (.+)$", re.MULTILINE)
+
+
+def _publish_failed(job: Job, path: str, version: int, exc: BaseException) -> SinkError:
+    """The error of a publish whose Spark job failed: job, version and the task's own error."""
+    causes = _TASK_ERROR.findall(str(exc))
+    cause = f"{causes[-1][0]}: {causes[-1][1]}" if causes else str(exc).strip().splitlines()[0]
+    if "TopicTerminatedError" in cause:
+        advice = "a terminated topic takes no more messages: point the job at another topic"
+    else:
+        advice = "rerun the job: it publishes this version again and rows already stored are skipped"
+    return SinkError(
+        f"[{job.name}] version {version} of {path} was not published: {cause}; "
+        f"versions before it are published; {advice}"
+    )
+
+
 def _publish(job: Job, spark: Any) -> int:
     from deltalake import DeltaTable
 
@@ -343,7 +367,12 @@ def _publish(job: Job, spark: Any) -> int:
         table = read_files(path, version, adds, storage)
         if table.num_rows:
             df = transform(job, spark, spark.createDataFrame(table))
-            write_pulsar_exactly_once(df, version, sink)
+            try:
+                write_pulsar_exactly_once(df, version, sink)
+            except PipelinesError:
+                raise
+            except Exception as exc:  # a failed Spark task: name the cause, not the JVM stack
+                raise _publish_failed(job, path, version, exc) from exc
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(json.dumps({"version": version, "table": path}))
         progress.batch(version, table.num_rows, time.monotonic() - t)
