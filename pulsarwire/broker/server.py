@@ -46,9 +46,10 @@ from pulsarwire.proto import PROTOCOL_VERSION, pb
 from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Identity, TokenAuth
 from .faults import Faults, corrupt
 from .naming import TopicName
+from .schemas import IncompatibleSchemaError, SchemaRegistry
 from .storage import Entry, TopicLog, stored_topics
 from .subscription import EARLIEST, KEY_HASH_RANGE, ConsumerRef, Subscription
-from .topic import ProducerRef, SchemaVersion, Topic
+from .topic import ProducerRef, Topic
 from .watch import TopicWatchers, Watcher, compile_topics_pattern, pattern_matches, topics_hash
 
 log = logging.getLogger("pulsarwire.broker")
@@ -227,6 +228,7 @@ class Broker:
         return self.config.data_dir / "partitioned.json" if self.config.data_dir else None
 
     def _load_metadata(self) -> None:
+        self.schemas = SchemaRegistry(self.config.data_dir)
         path = self._meta_path()
         if path is not None and path.exists():
             self.partitioned = {k: int(v) for k, v in json.loads(path.read_text()).items()}
@@ -753,22 +755,24 @@ class ServerConnection(asyncio.Protocol):
             name = self.broker.new_producer_name()
         if name in topic.producers:
             raise BrokerError(E.ProducerBusy, f"producer with name '{name}' is already connected to topic")
-        if req.HasField("schema"):
-            self._register_schema(topic, req.schema)
+        version = self._register_schema(topic.name, req.schema) if req.HasField("schema") else None
         ref = ProducerRef(req.producer_id, name, topic, self)
         topic.producers[name] = ref
         self.producers[req.producer_id] = ref
-        self._producer_success(req.request_id, ref)
+        self._producer_success(req.request_id, ref, version)
 
-    def _producer_success(self, request_id: int, ref: ProducerRef) -> None:
+    def _producer_success(self, request_id: int, ref: ProducerRef, schema_version: int | None = None) -> None:
         resp, sub = new_command(T.PRODUCER_SUCCESS)
         sub.request_id = request_id
         sub.producer_name = ref.name
         sub.last_sequence_id = (
             ref.topic.last_sequence.get(ref.name, -1) if self.broker.config.deduplication else -1
         )
-        if ref.topic.schemas:
-            sub.schema_version = ref.topic.schemas[-1].version.to_bytes(8, "big")
+        if schema_version is None:  # no schema of its own: the topic's latest, if any
+            latest = self.broker.schemas.latest(ref.topic.name)
+            schema_version = latest.version if latest is not None else None
+        if schema_version is not None:
+            sub.schema_version = schema_version.to_bytes(8, "big")
         self.send(resp)
 
     def on_send(self, cmd: pb.BaseCommand, payload: Any) -> None:
@@ -859,28 +863,19 @@ class ServerConnection(asyncio.Protocol):
         self.send(cmd)
 
     # -- schemas -------------------------------------------------------------------
-    def _register_schema(self, topic: Topic, schema: pb.Schema) -> int:
-        for sv in topic.schemas:
-            if sv.schema.type == schema.type and sv.schema.schema_data == schema.schema_data:
-                return sv.version
-        version = len(topic.schemas)
-        topic.schemas.append(SchemaVersion(schema, version))
-        topic.save_state()
-        return version
+    def _register_schema(self, topic: str, schema: pb.Schema) -> int | None:
+        try:
+            return self.broker.schemas.register(topic, schema)
+        except IncompatibleSchemaError as exc:
+            raise BrokerError(E.IncompatibleSchema, f"{topic}: {exc}") from None
 
     def on_get_schema(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.getSchema
         resp, sub = new_command(T.GET_SCHEMA_RESPONSE)
         sub.request_id = req.request_id
-        name = str(TopicName.parse(req.topic))
-        topic = self.broker.get_topic(name, create=self.broker.topic_exists(name))
-        found = None
-        if topic is not None and topic.schemas:
-            if req.HasField("schema_version"):
-                want = int.from_bytes(req.schema_version, "big")
-                found = next((s for s in topic.schemas if s.version == want), None)
-            else:
-                found = topic.schemas[-1]
+        name = str(TopicName.parse(req.topic))  # no topic is created by asking for its schema
+        want = int.from_bytes(req.schema_version, "big") if req.HasField("schema_version") else None
+        found = self.broker.schemas.get(name, want)
         if found is None:
             sub.error_code = E.TopicNotFound
             sub.error_message = "schema not found"
@@ -892,10 +887,16 @@ class ServerConnection(asyncio.Protocol):
     def on_get_or_create_schema(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.getOrCreateSchema
         topic = self._topic_for_use(req.topic)
-        version = self._register_schema(topic, req.schema)
         resp, sub = new_command(T.GET_OR_CREATE_SCHEMA_RESPONSE)
         sub.request_id = req.request_id
-        sub.schema_version = version.to_bytes(8, "big")
+        try:
+            version = self.broker.schemas.register(topic.name, req.schema)
+        except IncompatibleSchemaError as exc:
+            sub.error_code = E.IncompatibleSchema
+            sub.error_message = f"{topic.name}: {exc}"
+        else:
+            if version is not None:
+                sub.schema_version = version.to_bytes(8, "big")
         self.send(resp)
 
     # -- consumers -------------------------------------------------------------------

@@ -25,12 +25,6 @@ class ProducerRef:
     fenced: bool = False
 
 
-@dataclass
-class SchemaVersion:
-    schema: pb.Schema
-    version: int
-
-
 @dataclass(eq=False)
 class Topic:
     name: str
@@ -41,7 +35,6 @@ class Topic:
     producers: dict[str, ProducerRef] = field(default_factory=dict)
     #: highest sequence id stored per producer name (deduplication)
     last_sequence: dict[str, int] = field(default_factory=dict)
-    schemas: list[SchemaVersion] = field(default_factory=list)
     terminated: bool = False
     msg_in: int = 0
     bytes_in: int = 0
@@ -74,7 +67,7 @@ class Topic:
         self.bytes_in += len(data)
         return entry
 
-    # -- persistence of cursors, schemas, termination ------------------------------
+    # -- persistence of cursors and termination ------------------------------
     def _state_path(self) -> Path | None:
         return topic_dir(self.data_dir, self.name) / "cursors.json" if self.data_dir else None
 
@@ -84,9 +77,6 @@ class Topic:
             return
         state = json.loads(path.read_text())
         self.terminated = bool(state.get("terminated", False))
-        for s in state.get("schemas", []):
-            schema = pb.Schema.FromString(bytes.fromhex(s["schema"]))
-            self.schemas.append(SchemaVersion(schema, int(s["version"])))
         self.saved_subscriptions: dict[str, Any] = state.get("subscriptions", {})
 
     def save_state(self) -> None:
@@ -101,9 +91,6 @@ class Topic:
         state = {
             "terminated": self.terminated,
             "subscriptions": subs,
-            "schemas": [
-                {"schema": s.schema.SerializeToString().hex(), "version": s.version} for s in self.schemas
-            ],
         }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))

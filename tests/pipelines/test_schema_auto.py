@@ -737,11 +737,15 @@ def test_schema_types_raw_primitive_and_unsupported() -> None:
 def test_client_get_schema(dedup_broker: Broker, topic_name: str) -> None:
     url = dedup_broker.service_url
     official_send(url, topic_name, AvroSchema(Point), [Point(x=1, y=2)])
-    official_send(url, topic_name, pulsar.schema.StringSchema(), ["s"])  # our broker adds a version
+    # A compatible second version (FULL: the added field has a default), given as a definition.
+    v2 = dict(Point.schema())
+    v2["fields"] = [*v2["fields"], {"name": "label", "type": ["null", "string"], "default": None}]
+    official_send(url, topic_name, AvroSchema(None, schema_definition=v2), [{"x": 3, "y": 4, "label": "b"}])
     client = Client(url)
     try:
         latest = client.get_schema(topic_name)
-        assert latest is not None and latest.type == "STRING" and latest.version == (1).to_bytes(8, "big")
+        assert latest is not None and latest.type == "AVRO" and latest.version == (1).to_bytes(8, "big")
+        assert json.loads(latest.schema) == v2
         first = client.get_schema(topic_name, (0).to_bytes(8, "big"))
         assert first is not None and first.type == "AVRO"
         assert json.loads(first.schema) == Point.schema() and first.properties == {}

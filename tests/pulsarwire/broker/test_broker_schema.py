@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pulsar
+import pytest
 from pulsar.schema import AvroSchema, Float, Integer, JsonSchema, Record, String, StringSchema
 
 from pulsarwire.broker import Broker
@@ -65,6 +67,26 @@ def test_get_schema_of_a_topic_without_one_is_an_error(shared_broker: Broker) ->
     assert resp.HasField("error_code")
 
 
+def _record(*fields: dict[str, object]) -> bytes:
+    return json.dumps({"type": "record", "name": "Order", "fields": list(fields)}).encode()
+
+
+ID = {"name": "id", "type": "long"}
+NOTE = {"name": "note", "type": ["null", "string"], "default": None}
+
+
+def get_or_create(conn: RawConnection, rid: int, topic: str, data: bytes, kind: int = pb.Schema.Avro) -> Any:
+    cmd = pb.BaseCommand(type=pb.BaseCommand.GET_OR_CREATE_SCHEMA)
+    req = cmd.getOrCreateSchema
+    req.request_id = rid
+    req.topic = topic
+    req.schema.name = "s"
+    req.schema.type = kind  # type: ignore[assignment]
+    req.schema.schema_data = data
+    conn.send(cmd)
+    return conn.expect(pb.BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE).command.getOrCreateSchemaResponse
+
+
 def test_get_or_create_schema_versions_and_restart(
     tmp_path: Path, start_broker: Callable[..., Broker]
 ) -> None:
@@ -72,24 +94,84 @@ def test_get_or_create_schema_versions_and_restart(
     topic = new_topic("schema")
     conn = RawConnection.to(b.service_url)
     try:
-        versions = []
-        for rid, data in ((1, b'{"type":"string"}'), (2, b'{"type":"long"}'), (3, b'{"type":"string"}')):
-            cmd = pb.BaseCommand(type=pb.BaseCommand.GET_OR_CREATE_SCHEMA)
-            req = cmd.getOrCreateSchema
-            req.request_id = rid
-            req.topic = topic
-            req.schema.name = "s"
-            req.schema.type = pb.Schema.Avro
-            req.schema.schema_data = data
-            conn.send(cmd)
-            resp = conn.expect(pb.BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE).command.getOrCreateSchemaResponse
-            versions.append(resp.schema_version)
+        versions = [
+            get_or_create(conn, rid, topic, data).schema_version
+            for rid, data in ((1, _record(ID)), (2, _record(ID, NOTE)), (3, _record(ID)))
+        ]
         assert versions[0] == versions[2] != versions[1]  # an existing schema keeps its version
     finally:
         conn.close()
     b.restart()
-    assert get_schema(b.service_url, topic, versions[0]).schema.schema_data == b'{"type":"string"}'
-    assert get_schema(b.service_url, topic).schema.schema_data == b'{"type":"long"}'
+    assert get_schema(b.service_url, topic, versions[0]).schema.schema_data == _record(ID)
+    assert get_schema(b.service_url, topic).schema.schema_data == _record(ID, NOTE)
+
+
+@pytest.mark.parametrize(
+    ("data", "kind", "why"),
+    [
+        pytest.param(
+            _record(ID, {"name": "qty", "type": "int"}), pb.Schema.Avro, "added without", id="added"
+        ),
+        pytest.param(_record({"name": "id", "type": "string"}), pb.Schema.Avro, "changes type", id="retyped"),
+        pytest.param(_record(), pb.Schema.Avro, "removed without", id="removed"),
+        pytest.param(
+            json.dumps({"type": "record", "name": "Other", "fields": [ID]}).encode(),
+            pb.Schema.Avro,
+            "is not the topic's record",
+            id="renamed",
+        ),
+        pytest.param(b'{"type": "string"}', pb.Schema.Avro, "only record", id="not-a-record"),
+        pytest.param(b"", pb.Schema.String, "type String differs", id="other-type"),
+    ],
+)
+def test_an_incompatible_schema_is_refused_and_the_history_unchanged(
+    shared_broker: Broker, data: bytes, kind: int, why: str
+) -> None:
+    topic = new_topic("schema")
+    conn = RawConnection.to(shared_broker.service_url)
+    try:
+        first = get_or_create(conn, 1, topic, _record(ID))
+        resp = get_or_create(conn, 2, topic, data, kind)
+        assert resp.error_code == pb.IncompatibleSchema and why in resp.error_message
+        assert not resp.HasField("schema_version")
+        # Compatible evolution still works, and a schema of type NONE (bytes) is no schema.
+        assert get_or_create(conn, 3, topic, _record(ID, NOTE)).schema_version != first.schema_version
+        assert not get_or_create(conn, 4, topic, b"", pb.Schema.Type.Value("None")).HasField("error_code")
+    finally:
+        conn.close()
+    assert get_schema(shared_broker.service_url, topic).schema.schema_data == _record(ID, NOTE)
+
+
+def test_the_official_producer_with_an_incompatible_schema_is_refused(shared_broker: Broker) -> None:
+    client = make_client(shared_broker.service_url)
+    try:
+        topic = new_topic("schema")
+        client.create_producer(topic, schema=AvroSchema(Order)).send(Order(id=1, customer="a", amount=1.0))
+        with pytest.raises(pulsar.PulsarException, match="IncompatibleSchema"):
+            client.create_producer(topic, schema=StringSchema())
+        client.create_producer(topic).send(b"raw bytes need no schema")
+    finally:
+        client.close()
+
+
+def test_partitions_share_their_topic_s_schema_and_asking_creates_no_topic(shared_broker: Broker) -> None:
+    client = make_client(shared_broker.service_url)
+    topic = new_topic("schema")
+    shared_broker.create_partitioned_topic(topic, 3)
+    try:
+        producer = client.create_producer(topic, schema=JsonSchema(Order))  # one producer per partition
+        producer.send(Order(id=1, customer="a", amount=1.0))
+        before = shared_broker.topic_names()
+        for name in (topic, f"{topic}-partition-0", f"{topic}-partition-2"):
+            resp = get_schema(shared_broker.service_url, name)
+            assert resp.schema.type == pb.Schema.Json and resp.schema_version == (0).to_bytes(8, "big")
+        assert shared_broker.topic_names() == before  # no stray topic for the partitioned parent
+        assert topic not in before
+        missing = new_topic("nothing")
+        assert get_schema(shared_broker.service_url, missing).HasField("error_code")
+        assert missing not in shared_broker.topic_names()
+    finally:
+        client.close()
 
 
 def test_consumer_stats(shared_broker: Broker) -> None:
