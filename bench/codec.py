@@ -1,9 +1,13 @@
-"""Codec throughput: batched 100-byte messages, 1000 per batch, LZ4.
+"""Codec throughput: batched 100-byte messages, 1000 per batch, for each compression codec.
 
 Prints msgs/s and MB/s for
-  * decode: frame split + checksum + metadata + LZ4 + batch split (per message objects)
-  * encode: batch build + LZ4 + metadata + checksum + frame
-Target (issue 2): 1M msgs/s decode per core. Run: `make bench` or `python bench/codec.py`.
+  * decode: frame split + checksum + metadata + decompression + batch split into one
+    (batch index, SingleMessageMetadata, payload) object per message (``open_entry``, what
+    ``receive`` uses)
+  * columns: the same up to the batch split, which gives columns instead
+    (``split_batch_columns``, what the bulk Arrow reader uses)
+  * encode: batch build + compression + metadata + checksum + frame
+Target (issue 8): 1M msgs/s decode per core. Run: `make bench` or `python bench/codec.py`.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import os
 import platform
 import time
+from collections.abc import Callable
 
 from pulsarwire.codec import (
     FrameDecoder,
@@ -20,7 +25,9 @@ from pulsarwire.codec import (
     encode_payload_command,
     new_command,
     open_entry,
+    uncompressed_payload,
 )
+from pulsarwire.codec.batch import split_batch_columns
 from pulsarwire.proto import pb
 
 MSG_SIZE = 100
@@ -53,7 +60,17 @@ def bench_encode(batches: int, codec: int) -> tuple[float, int]:
     return time.perf_counter() - t0, total
 
 
-def bench_decode(batches: int, codec: int) -> tuple[float, int]:
+def _messages(md: pb.MessageMetadata, payload: bytes) -> int:
+    return len(open_entry(md, payload))
+
+
+def _columns(md: pb.MessageMetadata, payload: bytes) -> int:
+    return len(split_batch_columns(uncompressed_payload(md, payload), md.num_messages_in_batch).payloads)
+
+
+def _decode(
+    batches: int, codec: int, unpack: Callable[[pb.MessageMetadata, bytes], int]
+) -> tuple[float, int]:
     payloads = [os.urandom(MSG_SIZE // 2).hex().encode()[:MSG_SIZE] for _ in range(BATCH)]
     stream = b"".join(build_frame(b * BATCH, payloads, codec) for b in range(batches))
     dec = FrameDecoder()
@@ -63,10 +80,18 @@ def bench_decode(batches: int, codec: int) -> tuple[float, int]:
         dec.feed(stream[off : off + 65536])
         for frame in dec:
             assert frame.payload is not None
-            count += len(open_entry(frame.payload.metadata, frame.payload.payload))
+            count += unpack(frame.payload.metadata, frame.payload.payload)
     elapsed = time.perf_counter() - t0
     assert count == batches * BATCH
     return elapsed, len(stream)
+
+
+def bench_decode(batches: int, codec: int) -> tuple[float, int]:
+    return _decode(batches, codec, _messages)
+
+
+def bench_columns(batches: int, codec: int) -> tuple[float, int]:
+    return _decode(batches, codec, _columns)
 
 
 def main() -> None:
@@ -78,7 +103,7 @@ def main() -> None:
     print(f"{'codec':8} {'op':7} {'msgs/s':>12} {'MB/s (payload)':>15}")
     for codec in (pb.NONE, pb.LZ4, pb.ZSTD):
         name = pb.CompressionType.Name(codec)
-        for op, fn in (("decode", bench_decode), ("encode", bench_encode)):
+        for op, fn in (("decode", bench_decode), ("columns", bench_columns), ("encode", bench_encode)):
             elapsed, _ = fn(args.batches, codec)
             print(f"{name:8} {op:7} {n / elapsed:12,.0f} {n * MSG_SIZE / elapsed / 1e6:15.1f}")
 

@@ -3,10 +3,12 @@
 ``read_arrow(client, topic, start, end)`` opens a non-durable reader after
 ``start`` (exclusive; ``MessageId.EARLIEST`` for the beginning) and yields
 RecordBatches of at most ``batch_rows`` rows until ``end`` (inclusive) has
-been read. Messages are unpacked by the consumer machinery (decompression,
-batches, chunks, corrupt entries) and go straight into column lists — no
-Message object per message. Permits are returned only as rows are handed out,
-so memory stays bounded by ``receiver_queue_size`` however slow the caller is.
+been read. Batch entries inside the range are decoded straight into columns
+(:func:`~pulsarwire.codec.batch.split_batch_columns`: no Python object per
+message); the rest (the entry holding ``start``, single messages, chunks,
+entries that fail to decode) goes through the consumer machinery, message by
+message, into the same columns. Permits are returned only as rows are handed
+out, so memory stays bounded by ``receiver_queue_size`` however slow the caller is.
 
 ``end`` may name a batch index (as GET_LAST_MESSAGE_ID reports for batched
 entries) or a whole entry (batch_index -1: the entry is included entirely).
@@ -17,14 +19,19 @@ dependency of pulsarwire.
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import uuid
 from collections.abc import AsyncGenerator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from pulsarwire.codec.entry import EntryMessage
-from pulsarwire.codec.message_id import MessageId, serialize_batch_ids
-from pulsarwire.errors import OperationTimeoutError
+from pulsarwire.codec.batch import BatchColumns, key_bytes, split_batch_columns
+from pulsarwire.codec.chunks import is_chunk
+from pulsarwire.codec.entry import EntryMessage, uncompressed_payload
+from pulsarwire.codec.message_id import MessageId
+from pulsarwire.errors import OperationTimeoutError, PulsarWireError
 from pulsarwire.proto import pb
+from pulsarwire.protocol.connection import MessageReceived
 
 from .consumer import ConsumerConfig, MessageQueue, PartitionConsumer
 
@@ -98,8 +105,210 @@ def _at_end(mid: MessageId, md: pb.MessageMetadata, end: MessageId) -> bool:
     return mid.batch_index >= last
 
 
+def _index_bytes(batch_index: int) -> bytes:
+    """The bytes a batch index adds to a serialized message id.
+
+    Protobuf writes fields in field-number order, so the id of message i of a batch is
+    the id of its entry (ledger, entry, partition), then these bytes, then the batch size.
+    """
+    return MessageId(0, 0, -1, batch_index).serialize()[len(_ID_PREFIX) :]
+
+
+_ID_PREFIX = MessageId(0, 0).serialize()
+
+
+@functools.lru_cache(maxsize=4)
+def _index_table(size: int) -> pa.Array:
+    """b"" then the bytes of batch indexes 0 .. size - 2, as a binary array to take from."""
+    import pyarrow as pa
+
+    return pa.array([b""] + [_index_bytes(i) for i in range(size - 1)], pa.binary())
+
+
+def _index_pieces(size: int) -> pa.Array:
+    """:func:`_index_table` with at least ``size`` items (sizes rounded up: few tables are made)."""
+    return _index_table(max(1024, 1 << (size - 1).bit_length()))
+
+
+def _first_rows(cols: BatchColumns, rows: int) -> BatchColumns:
+    """The first ``rows`` entries of a batch."""
+    counts = cols.property_counts
+    props = sum(counts[:rows]) if counts is not None else 0
+    return BatchColumns(
+        cols.payloads[:rows],
+        None if cols.partition_keys is None else cols.partition_keys[:rows],
+        None if cols.event_times is None else cols.event_times[:rows],
+        None if cols.sequence_ids is None else cols.sequence_ids[:rows],
+        None if counts is None else counts[:rows],
+        cols.property_keys[:props],
+        cols.property_values[:props],
+    )
+
+
+class _Rows:
+    """Rows waiting to become one RecordBatch.
+
+    Values that differ per message are kept in lists; values of a whole entry (ledger,
+    entry, publish time, producer) once per entry, with where each entry's rows end,
+    and expanded by Arrow (run-end decoding). Whole batches arrive as
+    :class:`~pulsarwire.codec.batch.BatchColumns`, without a Python object per message.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes] = []
+        self.event_times: list[int | None] = []
+        self.property_counts: list[int] = []
+        self.property_keys: list[str] = []
+        self.property_values: list[str] = []
+        self.sequence_ids: list[int] = []
+        #: each entry's message ids: id_heads[e] + the bytes of the row's batch index + id_tails[e]
+        #: (id_split[e] == 1), or id_heads[e] alone (0)
+        self.id_heads: list[bytes] = []
+        self.id_tails: list[bytes] = []
+        self.id_split: list[int] = []
+        self.run_ends: list[int] = []
+        #: batch index of each entry's first row minus the row's position (rows count up from it)
+        self.index_shifts: list[int] = []
+        self.max_index = -1
+        self.ledger_ids: list[int] = []
+        self.entry_ids: list[int] = []
+        self.publish_times: list[int] = []
+        self.producer_names: list[str] = []
+
+    def _entry(self, mid: MessageId, md: pb.MessageMetadata, n: int, first_index: int) -> None:
+        self.index_shifts.append(first_index - self.count)
+        self.max_index = max(self.max_index, first_index + n - 1)
+        self.count += n
+        self.run_ends.append(self.count)
+        self.ledger_ids.append(mid.ledger_id)
+        self.entry_ids.append(mid.entry_id)
+        self.publish_times.append(md.publish_time)
+        self.producer_names.append(md.producer_name)
+
+    def add_batch(
+        self, base: MessageId, partition: int, md: pb.MessageMetadata, cols: BatchColumns, rows: int
+    ) -> None:
+        """The first ``rows`` messages of a batch entry."""
+        size = len(cols.payloads)
+        if rows < size:
+            cols = _first_rows(cols, rows)
+        n = rows
+        self._entry(base, md, n, 0)
+        self.keys += [None] * n if cols.partition_keys is None else cols.partition_keys
+        self.values += cols.payloads
+        if cols.event_times is None:
+            self.event_times += [None] * n
+        elif 0 in cols.event_times:
+            self.event_times += [t or None for t in cols.event_times]  # 0 means not set
+        else:
+            self.event_times += cols.event_times
+        if cols.property_counts is None:
+            self.property_counts += [0] * n
+        else:
+            self.property_counts += cols.property_counts
+            self.property_keys += cols.property_keys
+            self.property_values += cols.property_values
+        seq = md.sequence_id
+        if cols.sequence_ids is None:
+            self.sequence_ids += range(seq, seq + n)
+        elif None in cols.sequence_ids:
+            self.sequence_ids += [seq + i if s is None else s for i, s in enumerate(cols.sequence_ids)]
+        else:
+            self.sequence_ids += cast("list[int]", cols.sequence_ids)  # no None in it
+        head = MessageId(base.ledger_id, base.entry_id, partition).serialize()
+        first = MessageId(base.ledger_id, base.entry_id, partition, 0, size).serialize()
+        self.id_heads.append(head)
+        self.id_tails.append(first[len(head) + len(_index_bytes(0)) :])
+        self.id_split.append(1)
+
+    def add(
+        self,
+        mid: MessageId,
+        md: pb.MessageMetadata,
+        single: pb.SingleMessageMetadata | None,
+        payload: bytes,
+    ) -> None:
+        """One message, with the metadata of its batch entry (``single``) or of itself."""
+        self._entry(mid, md, 1, mid.batch_index)
+        meta = md if single is None else single
+        self.keys.append(key_bytes(meta.partition_key) if meta.HasField("partition_key") else None)
+        self.values.append(payload)
+        self.event_times.append(meta.event_time or None)
+        self.property_counts.append(len(meta.properties))
+        for kv in meta.properties:
+            self.property_keys.append(kv.key)
+            self.property_values.append(kv.value)
+        if single is None:
+            self.sequence_ids.append(md.sequence_id)
+        elif single.HasField("sequence_id"):
+            self.sequence_ids.append(single.sequence_id)
+        else:
+            self.sequence_ids.append(md.sequence_id + mid.batch_index)
+        self.id_heads.append(mid.serialize())
+        self.id_tails.append(b"")
+        self.id_split.append(0)
+
+    def to_batch(self, topic: str, partition: int) -> pa.RecordBatch:
+        """The rows as one RecordBatch of :func:`arrow_schema`."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        schema = arrow_schema()
+        types = {f.name: f.type for f in schema}
+        n = self.count
+        ends = pa.array(self.run_ends, pa.int32())
+
+        def per_entry(values: list[Any], typ: pa.DataType) -> pa.Array:
+            return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, pa.array(values, typ)))
+
+        row = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int32()), n), start=-1)  # 0, 1, ...
+        batch_index = pc.add(row, per_entry(self.index_shifts, pa.int32()))
+        pieces = pc.multiply(pc.add(batch_index, 1), per_entry(self.id_split, pa.int32()))
+        message_id = pc.binary_join_element_wise(
+            per_entry(self.id_heads, pa.binary()),
+            pc.take(_index_pieces(self.max_index + 2), pieces),
+            per_entry(self.id_tails, pa.binary()),
+            b"",
+        )
+        if self.property_keys:
+            offsets = [0]
+            offsets += itertools.accumulate(self.property_counts)
+            property_offsets = pa.array(offsets, pa.int32())
+        else:
+            property_offsets = pa.repeat(pa.scalar(0, pa.int32()), n + 1)
+        properties = pa.MapArray.from_arrays(
+            property_offsets,
+            pa.array(self.property_keys, pa.string()),
+            pa.array(self.property_values, pa.string()),
+            type=types["properties"],
+        )
+        arrays = {
+            "key": pa.array(self.keys, types["key"]),
+            "value": pa.array(self.values, types["value"]),
+            "topic": pa.repeat(pa.scalar(topic, types["topic"]), n),
+            "partition": pa.repeat(pa.scalar(partition, types["partition"]), n),
+            "ledger_id": per_entry(self.ledger_ids, types["ledger_id"]),
+            "entry_id": per_entry(self.entry_ids, types["entry_id"]),
+            "batch_index": batch_index,
+            "publish_time": per_entry(self.publish_times, types["publish_time"]),
+            "event_time": pa.array(self.event_times, types["event_time"]),
+            "properties": properties,
+            "producer_name": per_entry(self.producer_names, types["producer_name"]),
+            "sequence_id": pa.array(self.sequence_ids, types["sequence_id"]),
+            "message_id": message_id,
+        }
+        return pa.RecordBatch.from_arrays([arrays[c] for c in COLUMNS], schema=schema)
+
+
 class _ColumnReader(PartitionConsumer):
-    """A reader whose messages fill column lists instead of a queue."""
+    """A reader whose messages fill columns (:class:`_Rows`) instead of a queue.
+
+    Batch entries that are wholly inside the range and need no filtering are decoded
+    straight into columns (:func:`~pulsarwire.codec.batch.split_batch_columns`); all
+    others, and any entry that fails to decode, take the consumer's own path.
+    """
 
     def __init__(
         self, client: AsyncClient, topic: str, partition: int, config: ConsumerConfig, end: MessageId
@@ -107,8 +316,7 @@ class _ColumnReader(PartitionConsumer):
         super().__init__(client, topic, partition, config, MessageQueue())
         self.end = end
         self.finished = False
-        self.rows = 0
-        self.cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+        self.rows = _Rows()
         self.arrived = asyncio.Event()
         #: (ledger_id, entry_id) of the first entry the broker delivered, before any filtering
         self.first_entry: tuple[int, int] | None = None
@@ -116,6 +324,44 @@ class _ColumnReader(PartitionConsumer):
     def on_event(self, event: Any) -> None:
         super().on_event(event)
         self.arrived.set()  # a message, an error, the end of the topic: the reading loop looks again
+
+    def _on_message(self, ev: MessageReceived) -> None:
+        md = ev.payload.metadata
+        base = ev.message_id
+        end = self.end
+        n = md.num_messages_in_batch
+        here = (base.ledger_id, base.entry_id)
+        last = here == (end.ledger_id, end.entry_id)
+        if (
+            n <= 0
+            or self.finished
+            or ev.ack_set
+            or self._seeking
+            or self._seek_filter
+            or is_chunk(md)
+            or here > (end.ledger_id, end.entry_id)
+            or here in self._pending_acks
+        ):
+            super()._on_message(ev)
+            return
+        try:
+            data = uncompressed_payload(md, ev.payload.payload, self.config.max_message_size)
+            cols = split_batch_columns(data, n)
+        except PulsarWireError:
+            cols = None
+        # The consumer's own path reports a corrupt entry and drops messages before the start.
+        if cols is None or self._skip(MessageId(base.ledger_id, base.entry_id, self.partition, 0, n)):
+            super()._on_message(ev)
+            return
+        if self.first_entry is None:
+            self.first_entry = here
+        rows = min(n, end.batch_index + 1) if last and end.batch_index >= 0 else n
+        self.rows.add_batch(base, self.partition, md, cols, rows)
+        if rows < n:
+            self.consumed(n - rows)  # past the end: never handed out
+        self.last_dequeued = MessageId(base.ledger_id, base.entry_id, self.partition, rows - 1, n)
+        self.finished = last
+        self.arrived.set()
 
     def _deliver_entry(
         self,
@@ -126,56 +372,17 @@ class _ColumnReader(PartitionConsumer):
         batch_size: int,
         redelivery_count: int,
     ) -> None:
-        """Whole entries inside the range go into the columns at once, without a MessageId each."""
         if self.first_entry is None:
             self.first_entry = (base.ledger_id, base.entry_id)
+        super()._deliver_entry(base, md, messages, keep, batch_size, redelivery_count)
         end = self.end
-        whole = (
-            keep is None
-            and self._start is None
-            and not self.finished
-            and (base.ledger_id, base.entry_id) < (end.ledger_id, end.entry_id)
-        )
-        if not whole or not batch_size:
-            super()._deliver_entry(base, md, messages, keep, batch_size, redelivery_count)
-            if not self.finished and (base.ledger_id, base.entry_id) >= (end.ledger_id, end.entry_id):
-                self.finished = True  # the end entry is through, even if all of it was before the start
-                self.arrived.set()
-            return
-        n = len(messages)
-        c = self.cols
-        singles = [m.single for m in messages]
-        c["key"].extend(
-            s.partition_key.encode() if s is not None and s.HasField("partition_key") else None
-            for s in singles
-        )
-        c["value"].extend(m.payload for m in messages)
-        c["topic"].extend([self.topic] * n)
-        c["partition"].extend([self.partition] * n)
-        c["ledger_id"].extend([base.ledger_id] * n)
-        c["entry_id"].extend([base.entry_id] * n)
-        c["batch_index"].extend(range(n))
-        c["publish_time"].extend([md.publish_time] * n)
-        c["event_time"].extend((s.event_time or None) if s is not None else None for s in singles)
-        c["properties"].extend(
-            [(kv.key, kv.value) for kv in s.properties] if s is not None and s.properties else []
-            for s in singles
-        )
-        c["producer_name"].extend([md.producer_name] * n)
-        first_seq = md.sequence_id
-        c["sequence_id"].extend(
-            s.sequence_id if s is not None and s.HasField("sequence_id") else first_seq + i
-            for i, s in enumerate(singles)
-        )
-        c["message_id"].extend(serialize_batch_ids(base.ledger_id, base.entry_id, self.partition, n))
-        self.rows += n
-        self.last_dequeued = MessageId(base.ledger_id, base.entry_id, self.partition, n - 1, n)
-        self.arrived.set()
+        if not self.finished and (base.ledger_id, base.entry_id) >= (end.ledger_id, end.entry_id):
+            self.finished = True  # the end entry is through, even if all of it was before the start
+            self.arrived.set()
 
-    def take(self) -> dict[str, list[Any]]:
-        cols, self.cols = self.cols, {c: [] for c in COLUMNS}
-        self.rows = 0
-        return cols
+    def take(self) -> _Rows:
+        rows, self.rows = self.rows, _Rows()
+        return rows
 
     def _deliver(
         self,
@@ -190,31 +397,7 @@ class _ColumnReader(PartitionConsumer):
             self.consumed(1)
             self.arrived.set()
             return
-        c = self.cols
-        if single is not None:
-            key = single.partition_key.encode() if single.HasField("partition_key") else None
-            props = [(kv.key, kv.value) for kv in single.properties]
-            event = single.event_time or None
-            seq = single.sequence_id if single.HasField("sequence_id") else md.sequence_id + mid.batch_index
-        else:
-            key = md.partition_key.encode() if md.HasField("partition_key") else None
-            props = [(kv.key, kv.value) for kv in md.properties]
-            event = md.event_time or None
-            seq = md.sequence_id
-        c["key"].append(key)
-        c["value"].append(payload)
-        c["topic"].append(self.topic)
-        c["partition"].append(self.partition)
-        c["ledger_id"].append(mid.ledger_id)
-        c["entry_id"].append(mid.entry_id)
-        c["batch_index"].append(mid.batch_index)
-        c["publish_time"].append(md.publish_time)
-        c["event_time"].append(event)
-        c["properties"].append(props)
-        c["producer_name"].append(md.producer_name)
-        c["sequence_id"].append(seq)
-        c["message_id"].append(mid.serialize())
-        self.rows += 1
+        self.rows.add(mid, md, single, payload)
         self.last_dequeued = mid
         if _at_end(mid, md, self.end):
             self.finished = True
@@ -243,9 +426,6 @@ async def read_arrow(
     OperationTimeoutError when nothing arrives for ``idle_timeout`` seconds
     (default: the client's operation timeout) before ``end`` is reached.
     """
-    import pyarrow as pa
-
-    schema = arrow_schema()
     if end.entry_id < 0 or (start.ledger_id >= 0 and not _after(end, start)):
         return
     # Permits come back as rows are handed out: the queue must hold at least two batches.
@@ -268,11 +448,10 @@ async def read_arrow(
             if on_first is not None and reader.first_entry is not None:
                 on_first(MessageId(*reader.first_entry, reader.partition))
                 on_first = None
-            if reader.rows >= batch_rows or (reader.finished and reader.rows):
-                rows = reader.rows
-                cols = reader.take()
-                yield pa.RecordBatch.from_pydict(cols, schema=schema)
-                reader.consumed(rows)
+            if reader.rows.count >= batch_rows or (reader.finished and reader.rows.count):
+                rows = reader.take()
+                yield rows.to_batch(reader.topic, reader.partition)
+                reader.consumed(rows.count)
                 continue
             if reader.finished:
                 return

@@ -672,6 +672,126 @@ class SingleMessageMetadata(_message.Message):
 Global___SingleMessageMetadata: _TypeAlias = SingleMessageMetadata  # noqa: Y015
 
 @_typing.final
+class SingleMessageMetadataList(_message.Message):
+    """Not on the wire: the batch decoder (pulsarwire.codec.batch) parses the metadata of many
+    batch entries in one call by wrapping each as field 1 of SingleMessageMetadataList. It builds
+    those bytes by serializing SingleMessageMetadataBytes, whose encoding is the same.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___SingleMessageMetadata]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___SingleMessageMetadata] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SingleMessageMetadataList: _TypeAlias = SingleMessageMetadataList  # noqa: Y015
+
+@_typing.final
+class SingleMessageMetadataBytes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SingleMessageMetadataBytes: _TypeAlias = SingleMessageMetadataBytes  # noqa: Y015
+
+@_typing.final
+class SingleMessageMetadataColumns(_message.Message):
+    """Not on the wire: the metadata of many batch entries concatenated (no wrapping) and parsed as
+    one message gives every occurrence of a field, entry after entry. The batch decoder reads a
+    batch column by column this way once it has shown that each entry holds each of these fields
+    at most once. partition_key is read as bytes (same encoding as string, no UTF-8 decoding).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROPERTIES_FIELD_NUMBER: _builtins.int
+    PARTITION_KEY_FIELD_NUMBER: _builtins.int
+    PAYLOAD_SIZE_FIELD_NUMBER: _builtins.int
+    EVENT_TIME_FIELD_NUMBER: _builtins.int
+    SEQUENCE_ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def properties(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyValue]: ...
+    @_builtins.property
+    def partition_key(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    @_builtins.property
+    def payload_size(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def event_time(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def sequence_id(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        properties: _abc.Iterable[Global___KeyValue] | None = ...,
+        partition_key: _abc.Iterable[_builtins.bytes] | None = ...,
+        payload_size: _abc.Iterable[_builtins.int] | None = ...,
+        event_time: _abc.Iterable[_builtins.int] | None = ...,
+        sequence_id: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_time", b"event_time", "partition_key", b"partition_key", "payload_size", b"payload_size", "properties", b"properties", "sequence_id", b"sequence_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SingleMessageMetadataColumns: _TypeAlias = SingleMessageMetadataColumns  # noqa: Y015
+
+@_typing.final
+class SingleMessageMetadataColumnsProbe(_message.Message):
+    """Not on the wire: the same concatenated bytes, catching the varint fields of
+    SingleMessageMetadataColumns written length-delimited. SingleMessageMetadata keeps such a
+    field as an unknown field, while a repeated varint field would read it as packed values.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAYLOAD_SIZE_FIELD_NUMBER: _builtins.int
+    EVENT_TIME_FIELD_NUMBER: _builtins.int
+    SEQUENCE_ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def payload_size(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    @_builtins.property
+    def event_time(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    @_builtins.property
+    def sequence_id(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    def __init__(
+        self,
+        *,
+        payload_size: _abc.Iterable[_builtins.bytes] | None = ...,
+        event_time: _abc.Iterable[_builtins.bytes] | None = ...,
+        sequence_id: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_time", b"event_time", "payload_size", b"payload_size", "sequence_id", b"sequence_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SingleMessageMetadataColumnsProbe: _TypeAlias = SingleMessageMetadataColumnsProbe  # noqa: Y015
+
+@_typing.final
 class BrokerEntryMetadata(_message.Message):
     """Added by the broker in front of an entry (magic 0x0e02)."""
 
