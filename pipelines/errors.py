@@ -54,3 +54,10 @@ class JobError(PipelinesError, ValueError):
     def __init__(self, problems: str | list[str] | tuple[str, ...]) -> None:
         self.problems: tuple[str, ...] = (problems,) if isinstance(problems, str) else tuple(problems)
         super().__init__("\n".join(self.problems))
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` for an error, without the type twice (pulsarwire's ServerErrors already
+    start their message with it)."""
+    text, name = str(exc), type(exc).__name__
+    return text if text.startswith(name) else f"{name}: {text}" if text else name

@@ -44,7 +44,7 @@ from pulsarwire.client.blocking import CompressionType
 from pulsarwire.client.routing import HashingScheme, partition_for_key
 from pulsarwire.errors import ProducerBusy
 
-from .errors import OptionError, SinkError
+from .errors import OptionError, SinkError, describe
 from .options import CLIENT_PREFIX, ClientSettings, client_settings, opt_bool, opt_int
 from .planner import full_topic_name
 
@@ -393,7 +393,7 @@ class _TaskWriter:
             try:
                 self.client = self.settings.client.client()
             except Exception as exc:
-                raise SinkError(f"cannot create a Pulsar client: {type(exc).__name__}: {exc}") from exc
+                raise SinkError(f"cannot create a Pulsar client: {describe(exc)}") from exc
         return self.client
 
     def _target(self, topic: str) -> _Target:
@@ -407,7 +407,7 @@ class _TaskWriter:
                     try:
                         partitions = self._client().get_topic_partitions(full)
                     except Exception as exc:
-                        raise SinkError(f"cannot look up topic {full}: {type(exc).__name__}: {exc}") from exc
+                        raise SinkError(f"cannot look up topic {full}: {describe(exc)}") from exc
                 target = self.targets[full] = _Target(full, partitions)
             self.targets[topic] = target
         return target
@@ -437,7 +437,7 @@ class _TaskWriter:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
             except Exception as exc:
-                raise SinkError(f"cannot create a producer on {topic}: {type(exc).__name__}: {exc}") from exc
+                raise SinkError(f"cannot create a producer on {topic}: {describe(exc)}") from exc
         stored = producer.last_sequence_id() if self.name is not None else -1
         out = _Output(topic, producer, stored, self.errors)
         self.outputs.append(out)
@@ -472,7 +472,7 @@ class _TaskWriter:
         count = len(self.errors)
         return SinkError(
             f"{count} message(s) could not be sent (Spark partition {self.partition_id}); first, to "
-            f"{topic}: {type(first).__name__}: {first}"
+            f"{topic}: {describe(first)}"
         )
 
     def write_batch(self, rb: pa.RecordBatch) -> None:
@@ -566,7 +566,7 @@ class _TaskWriter:
             try:
                 out.producer.flush()
             except Exception as exc:
-                raise SinkError(f"flushing to {out.topic} failed: {type(exc).__name__}: {exc}") from exc
+                raise SinkError(f"flushing to {out.topic} failed: {describe(exc)}") from exc
         if self.errors:
             raise self._failure() from self.errors[0][1]
         topics: dict[str, TopicWrite] = {}

@@ -208,6 +208,11 @@ class SendTimeoutError(OperationTimeoutError):
     """A message did not get a receipt within send_timeout_millis."""
 
 
+class SendRefusedError(ClientError):
+    """Not sent: the broker refused an earlier message of the same producer for good (sending
+    this one after it would leave a hole that deduplication hides)."""
+
+
 class ProducerQueueIsFullError(ClientError):
     """max_pending_messages are waiting and block_if_queue_full is off."""
 

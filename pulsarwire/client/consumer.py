@@ -215,6 +215,7 @@ class PartitionConsumer:
         self.consumer_id = 0
         self.connection: Connection | None = None
         self.creating: Creation | None = None  # the SUBSCRIBE in flight
+        self._last_in_broker: MessageId | None = None  # from the last GET_LAST_MESSAGE_ID
         # Flow control books of the current subscription (see _within_permits).
         self._granted = 0  # FLOW permits sent, plus what redelivery requests may restore
         self._entries = 0  # entries the broker sent
@@ -887,12 +888,21 @@ class PartitionConsumer:
             mark_delete = (md.ledger_id, md.entry_id)
         return MessageId.from_proto(r.last_message_id, self.partition), mark_delete
 
-    async def has_message_available(self) -> bool:
+    def message_known_available(self) -> bool:
+        """True when a message is queued, or the broker's last id seen before is past the last
+        message handed out (no round trip: the Java client's ``lastMessageIdInBroker``)."""
         if self.queue.holds(self):
+            return True
+        known, ref = self._last_in_broker, self.last_dequeued
+        return known is not None and ref is not None and _key(known) > _key(ref)
+
+    async def has_message_available(self) -> bool:
+        if self.message_known_available():
             return True
         if self.end_of_topic:
             return False
         last, mark_delete = await self._last_message_id()
+        self._last_in_broker = last
         if last.entry_id < 0:
             return False
         ref = self.last_dequeued
@@ -1062,6 +1072,8 @@ class Consumer:
         return {p.topic: n for p, n in zip(self.parts, counts, strict=True)}
 
     async def has_message_available(self) -> bool:
+        if any(p.message_known_available() for p in self.parts):  # no round trip to every partition
+            return True
         results = await asyncio.gather(*(p.has_message_available() for p in self.parts))
         return any(results)
 

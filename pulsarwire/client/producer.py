@@ -37,8 +37,10 @@ from pulsarwire.errors import (
     ChecksumError,
     LocalProtocolError,
     MessageTooBigError,
+    ProducerBusy,
     ProducerQueueIsFullError,
     PulsarWireError,
+    SendRefusedError,
     SendTimeoutError,
     TopicTerminatedError,
     UnexpectedReceiptError,
@@ -234,6 +236,7 @@ class PartitionProducer:
     async def _reconnect_loop(self) -> None:
         backoff = Backoff(self.client.retry)
         attempt = 0
+        began = time.monotonic()
         while self.state is HandlerState.RECONNECTING:
             delay = backoff.next_delay(time.monotonic(), None)
             await asyncio.sleep(delay if delay is not None else 0)
@@ -251,7 +254,14 @@ class PartitionProducer:
                     continue
                 if not self._in(HandlerState.CONNECTING):  # closed meanwhile
                     return
-                if decision is Decision.FAIL:
+                # The broker may still hold our old producer (it has not seen the old connection
+                # go, e.g. a half-open one): ProducerBusy on a *re*-creation is retried until the
+                # operation timeout, as the Java client retries a producer it had created.
+                stale = (
+                    isinstance(exc, ProducerBusy)
+                    and time.monotonic() - began < self.client.retry.operation_timeout
+                )
+                if decision is Decision.FAIL and not stale:
                     self._give_up(exc)
                     return
                 log.info("producer %s: reconnect attempt %d failed: %s", self.name, attempt, exc)
@@ -289,13 +299,12 @@ class PartitionProducer:
         elif isinstance(event, SendError):
             if isinstance(event.error, TopicTerminatedError):
                 self._give_up(event.error)
-            elif (
-                isinstance(event.error, ChecksumError)
-                or decide(event.error, 1, self.client.retry) is Decision.FAIL
-            ):
+            elif isinstance(event.error, ChecksumError):  # our bytes were damaged: that one alone
                 op = next((o for o in self.pending if o.sequence_id == event.sequence_id), None)
                 if op is not None:
                     self._drop_op(op, event.error)
+            elif decide(event.error, 1, self.client.retry) is Decision.FAIL:
+                self._refused(event.sequence_id, event.error)
             else:
                 self._force_reconnect(f"send error {event.error}")
         elif isinstance(event, ProducerClosedByBroker):
@@ -557,6 +566,29 @@ class PartitionProducer:
         except PulsarWireError as exc:
             log.info("producer %s: send deferred until reconnect: %s", self.name, exc)
             return False
+
+    def _refused(self, sequence_id: int, error: BaseException) -> None:
+        """The broker refused ``sequence_id`` for good: fail it and everything sent after it.
+
+        Pulsar fences a producer after a refused write, so what follows is refused too; were
+        it re-sent after the reconnect and stored, the refused message would become a hole that
+        deduplication hides for ever (a retry with its sequence id would count as a duplicate).
+        Like Kafka's idempotent producer, later messages fail with it; the caller resends all.
+        """
+        at = next((i for i, o in enumerate(self.pending) if o.sequence_id == sequence_id), None)
+        if at is None:
+            return
+        doomed = list(self.pending)[at:]
+        self._drop_op(doomed[0], error)
+        for op in doomed[1:]:
+            if op in self.pending:
+                self._drop_op(
+                    op,
+                    SendRefusedError(
+                        f"not sent: the broker refused message {sequence_id} before it ({error})"
+                    ),
+                )
+        self._force_reconnect(f"message {sequence_id} refused: {error}")
 
     def _drop_op(self, op: OpSend, exc: BaseException) -> None:
         """Remove ``op`` (and the other chunks of its message) from pending and fail its messages."""

@@ -293,12 +293,6 @@ def test_topic_terminated_fails_fast_and_a_rerun_fails_the_same_way(
         assert report.present == report.acked == 4500 and report.unconfirmed_absent == 500
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: a SEND refused with a non-retriable error (NotAllowedError) fails only that "
-    "message; the producer resends the later ones (the broker fenced it: PersistenceError, reconnect) and "
-    "they are stored, so the stored sequence id passes the refused rows and the rerun skips them",
-)
 def test_a_refused_send_is_republished_by_the_rerun(pulsar_broker: Broker) -> None:
     """The same failure and rerun as above, on one sink task without Spark (fast, deterministic)."""
     from pyspark.sql.types import StringType, StructField, StructType
