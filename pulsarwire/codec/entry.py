@@ -8,6 +8,7 @@ callers can build client messages, Arrow columns or broker-side views.
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import NamedTuple
 
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -56,4 +57,7 @@ def open_entry(
     if not is_batch(md):
         return [EntryMessage(-1, None, data)]
     metas, payloads = split_batch(data, md.num_messages_in_batch)
-    return list(map(EntryMessage, range(len(metas)), metas, payloads))
+    # tuple.__new__ straight from the zipped fields: NamedTuple's own __new__ is a Python call
+    # per message, the largest cost left on this path.
+    fields = zip(range(len(metas)), metas, payloads, strict=True)
+    return list(map(tuple.__new__, repeat(EntryMessage), fields))

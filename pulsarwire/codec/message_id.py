@@ -154,15 +154,5 @@ class MessageId:
         )
 
 
-def serialize_batch_ids(ledger_id: int, entry_id: int, partition: int, batch_size: int) -> list[bytes]:
-    """``serialize()`` of every message id of one batch entry, in batch order, with one proto reused."""
-    m = MessageId(ledger_id, entry_id, partition, 0, batch_size).to_proto()
-    out = []
-    for i in range(batch_size):
-        m.batch_index = i
-        out.append(m.SerializeToString())
-    return out
-
-
 MessageId.EARLIEST = MessageId(-1, -1, -1, -1)
 MessageId.LATEST = MessageId(_I64_MAX, _I64_MAX, -1, -1)
