@@ -4,7 +4,8 @@ Run: ``make fuzz`` or ``python bench/fuzz_codec.py --runs 1000000 [--seed N] [--
 
 Every input goes through the whole receive path: :class:`FrameDecoder` (fed in two pieces,
 checksum verified or not, so corrupt metadata and payloads also reach the deeper decoders),
-then :func:`open_entry` (decompression, batch split) on every decoded payload and
+then :func:`open_entry` (decompression, batch split) on every decoded payload — checked against
+the column decoder ``split_batch_columns`` (same payloads or the same error) — and
 ``MessageId.from_proto`` on every MESSAGE. PulsarWireErrors are expected and counted per class;
 any other exception is a bug: the input is printed as hex (and saved under ``--artifacts``) and
 the run exits with status 1. ``--replay HEX|FILE`` runs a single input again.
@@ -51,15 +52,22 @@ INTERESTING_BYTES = [0x00, 0x01, 0x02, 0x08, 0x0E, 0x10, 0x7F, 0x80, 0xFF]
 codec: Any = None
 errors: Any = None
 pb: Any = None
+is_batch: Any = None
+split_batch_columns: Any = None
+uncompressed_payload: Any = None
 
 
 def _load() -> None:
-    global codec, errors, pb
+    global codec, errors, pb, is_batch, split_batch_columns, uncompressed_payload
     import pulsarwire.codec as codec_mod
     import pulsarwire.errors as errors_mod
+    from pulsarwire.codec.batch import is_batch as is_batch_fn
+    from pulsarwire.codec.batch import split_batch_columns as columns_fn
+    from pulsarwire.codec.entry import uncompressed_payload as uncompressed_fn
     from pulsarwire.proto import pb as pb_mod
 
     codec, errors, pb = codec_mod, errors_mod, pb_mod
+    is_batch, split_batch_columns, uncompressed_payload = is_batch_fn, columns_fn, uncompressed_fn
 
 
 # ---------------------------------------------------------------------------
@@ -117,17 +125,32 @@ def target(data: bytes, verify_checksum: bool, split: int) -> tuple[str, ...]:
             if frame.type == pb.BaseCommand.MESSAGE:
                 codec.MessageId.from_proto(frame.sub.message_id)
             if frame.payload is not None:
-                try:
-                    msgs = codec.open_entry(frame.payload.metadata, frame.payload.payload, MAX_UNCOMPRESSED)
-                except errors.PulsarWireError as exc:
-                    seen.append(type(exc).__name__)
-                else:
-                    seen.append(f"m{min(len(msgs), 8)}")
+                seen.append(_entry(frame.payload.metadata, frame.payload.payload))
     try:
         dec.eof()
     except errors.PulsarWireError as exc:
         seen.append(type(exc).__name__)
     return tuple(seen)
+
+
+def _entry(md: Any, payload: bytes) -> str:
+    """open_entry's outcome (message count or error class); for a batch the column decoder
+    (split_batch_columns, the bulk reader's path) must give the same payloads or the same error."""
+    try:
+        msgs = codec.open_entry(md, payload, MAX_UNCOMPRESSED)
+    except errors.PulsarWireError as exc:
+        outcome, payloads = type(exc).__name__, None
+    else:
+        outcome, payloads = f"m{min(len(msgs), 8)}", [m.payload for m in msgs]
+    if is_batch(md):
+        try:
+            data = uncompressed_payload(md, payload, MAX_UNCOMPRESSED)
+            columns: Any = split_batch_columns(data, md.num_messages_in_batch).payloads
+        except errors.PulsarWireError as exc:
+            columns = type(exc).__name__
+        if columns != (payloads if payloads is not None else outcome):
+            raise AssertionError(f"split_batch_columns gives {columns!r:.200}, open_entry {outcome}")
+    return outcome
 
 
 class Crash(Exception):

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from pulsarwire.codec.batch import BatchColumns, key_bytes, split_batch_columns
+from pulsarwire.codec.batch import BatchColumns, as_text, key_bytes, split_batch_columns
 from pulsarwire.codec.chunks import is_chunk
 from pulsarwire.codec.entry import EntryMessage, uncompressed_payload
 from pulsarwire.codec.message_id import MessageId
@@ -128,6 +128,17 @@ def _index_table(size: int) -> pa.Array:
 def _index_pieces(size: int) -> pa.Array:
     """:func:`_index_table` with at least ``size`` items (sizes rounded up: few tables are made)."""
     return _index_table(max(1024, 1 << (size - 1).bit_length()))
+
+
+def _text_array(values: list[Any]) -> pa.Array:
+    """A string column of protobuf strings; one that is not valid UTF-8 (protobuf hands it back
+    as bytes) is decoded with replacement characters, as the Java client does."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(values, pa.string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        return pa.array([as_text(v) for v in values], pa.string())
 
 
 def _first_rows(cols: BatchColumns, rows: int) -> BatchColumns:
@@ -280,8 +291,8 @@ class _Rows:
             property_offsets = pa.repeat(pa.scalar(0, pa.int32()), n + 1)
         properties = pa.MapArray.from_arrays(
             property_offsets,
-            pa.array(self.property_keys, pa.string()),
-            pa.array(self.property_values, pa.string()),
+            _text_array(self.property_keys),
+            _text_array(self.property_values),
             type=types["properties"],
         )
         arrays = {

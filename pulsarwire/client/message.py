@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pulsarwire.codec.batch import as_text
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.proto import pb
 
@@ -31,13 +32,13 @@ class Message:
 
     def properties(self) -> dict[str, str]:
         src = self._single.properties if self._single is not None else self._metadata.properties
-        return {kv.key: kv.value for kv in src}
+        return {as_text(kv.key): as_text(kv.value) for kv in src}
 
     def partition_key(self) -> str:
         s = self._single
         if s is not None:
-            return s.partition_key if s.HasField("partition_key") else ""
-        return self._metadata.partition_key
+            return as_text(s.partition_key) if s.HasField("partition_key") else ""
+        return as_text(self._metadata.partition_key)
 
     def ordering_key(self) -> bytes:
         s = self._single

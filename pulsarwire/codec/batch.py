@@ -388,6 +388,12 @@ def key_bytes(key: str | bytes) -> bytes:
     return key.encode() if isinstance(key, str) else key
 
 
+def as_text(value: str | bytes) -> str:
+    """A protobuf string field as text: bytes that are not valid UTF-8 (protobuf hands those
+    back as bytes) are decoded with U+FFFD for the bad sequences, as the Java client does."""
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+
 def _extend(column: list[Any], values: Sequence[Any], k: int) -> bool:
     """Append a run's ``k`` values (or k Nones when the run has none); True when it had values."""
     if values:

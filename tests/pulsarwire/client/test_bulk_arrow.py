@@ -19,7 +19,9 @@ from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
 from pulsarwire.client.bulk import _ColumnReader
 from pulsarwire.client.consumer import ConsumerConfig, PartitionConsumer
+from pulsarwire.client.message import Message
 from pulsarwire.codec import MessageId, compress, encode_batch
+from pulsarwire.codec.batch import U32
 from pulsarwire.codec.frames import Payload
 from pulsarwire.errors import CorruptMessageError
 from pulsarwire.proto import pb
@@ -291,3 +293,22 @@ def test_a_corrupt_batch_is_reported_and_its_permits_returned() -> None:
     (error,) = columns.queue.errors
     assert isinstance(error, CorruptMessageError)
     assert (error.message_id.ledger_id, error.message_id.entry_id) == (7, 1)
+
+
+def test_a_property_that_is_not_utf8_reads_with_replacement_characters_on_both_paths() -> None:
+    """Pulsar's properties are strings, but nothing stops a producer writing other bytes: the row
+    (and Message.properties()) carries them decoded with U+FFFD, as the Java client shows them."""
+    singles = []
+    for i in range(4):
+        smm = pb.SingleMessageMetadata(sequence_id=i)
+        smm.properties.add(key="p", value="VALUE")
+        singles.append((smm, b"x" * 5))
+    raw = encode_batch(singles).replace(b"VALUE", b"\xffALUE")  # same length: sizes stay right
+    md = pb.MessageMetadata(producer_name="p", publish_time=1, num_messages_in_batch=4)
+    columns, messages = read_both([(md, raw, 4)], MessageId(7, 0, -1, -1))
+    assert_same_reads(columns, messages)
+    rows = columns.rows.to_batch(TOPIC, 3).to_pylist()
+    assert [r["properties"] for r in rows] == [[("p", "\ufffdALUE")]] * 4
+    single = pb.SingleMessageMetadata.FromString(raw[4 : 4 + U32.unpack_from(raw)[0]])
+    msg = Message(b"x" * 5, MessageId(7, 0), TOPIC, md, single, 0)
+    assert msg.properties() == {"p": "\ufffdALUE"}
