@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,7 @@ from pulsarwire.client.core import topic_name
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import OperationTimeoutError
 
-from .errors import OptionError
+from .errors import OptionError, PipelinesError
 from .options import ClientSettings
 from .positions import Offsets, Position, partition_of
 
@@ -89,6 +90,10 @@ class TopicSelector:
         return sorted(found)
 
 
+class PlanCancelled(PipelinesError):
+    """A plan made in the background was abandoned before it finished (the query stopped)."""
+
+
 @dataclass(frozen=True)
 class Scan:
     """How far a partition was scanned: the last position taken and what it held."""
@@ -97,6 +102,23 @@ class Scan:
     rows: int
     bytes: int
     more: bool  # rows remained before the partition's end
+
+
+def _position_at(batch: Any, i: int) -> Position:
+    """The position after taking row ``i`` of a bulk RecordBatch.
+
+    A batch index becomes -1 (the whole entry) when the next row is in another entry, i.e.
+    the batch is complete; at the last row of a RecordBatch that is not known, so the
+    batch index stays (a position inside a batch is exact, just not the shortest form).
+    """
+    ledger = batch.column("ledger_id")[i].as_py()
+    entry = batch.column("entry_id")[i].as_py()
+    b = batch.column("batch_index")[i].as_py()
+    if b >= 0 and i + 1 < batch.num_rows:
+        following = (batch.column("ledger_id")[i + 1].as_py(), batch.column("entry_id")[i + 1].as_py())
+        if following != (ledger, entry):
+            b = -1
+    return Position(ledger, entry, b)
 
 
 class Planner:
@@ -223,59 +245,74 @@ class Planner:
         max_rows: int | None,
         max_bytes: int | None,
         at_least_one: bool = True,
+        *,
+        stop: threading.Event | None = None,
     ) -> Scan:
         """Read ids and sizes after ``start`` until a limit is reached or ``end``.
 
         With ``at_least_one`` a message bigger than ``max_bytes`` still goes (or a stream
         would stall on it). ``more`` tells whether rows remain between the returned position
-        and ``end``.
+        and ``end``. Each RecordBatch is cut with Arrow kernels: no Python work per message.
+        Raises :class:`PlanCancelled` once ``stop`` is set.
         """
+        import pyarrow.compute as pc
+
         if not start < end:
             return Scan(start, 0, 0, False)
         rows = nbytes = 0
         position = start
-        batch_rows = min(max_rows or 10_000, 10_000)
-        for batch in self._read(tp, start, end, batch_rows):
-            ledgers = batch.column("ledger_id").to_pylist()
-            entries = batch.column("entry_id").to_pylist()
-            indexes = batch.column("batch_index").to_pylist()
-            sizes = batch.column("value").to_pylist() if max_bytes is not None else None
-            n = len(ledgers)
-            for i in range(n):
-                size = len(sizes[i]) if sizes is not None else 0
-                if (rows or not at_least_one) and (
-                    (max_rows is not None and rows + 1 > max_rows)
-                    or (max_bytes is not None and nbytes + size > max_bytes)
-                ):
+        batches = self._read(tp, start, end, min(max_rows or 10_000, 10_000))
+        try:
+            for batch in batches:
+                if stop is not None and stop.is_set():
+                    raise PlanCancelled(f"{tp}: planning stopped")
+                n = batch.num_rows
+                take = n if max_rows is None else max(0, min(n, max_rows - rows))
+                sizes = None
+                if max_bytes is not None and n:
+                    sizes = pc.cumulative_sum(pc.binary_length(batch.column("value")).cast("int64"))
+                    # messages whose running total stays within the budget (the sums never decrease)
+                    fit = pc.sum(pc.less_equal(sizes, max_bytes - nbytes).cast("int64")).as_py() or 0
+                    take = min(take, fit)
+                if take == 0 and at_least_one and rows == 0 and n:
+                    take = 1
+                if take:
+                    rows += take
+                    nbytes += sizes[take - 1].as_py() if sizes is not None else 0
+                    position = _position_at(batch, take - 1)
+                if take < n:
                     return Scan(position, rows, nbytes, True)
-                rows += 1
-                nbytes += size
-                b = indexes[i]
-                if b >= 0 and i + 1 < n and (ledgers[i + 1], entries[i + 1]) != (ledgers[i], entries[i]):
-                    b = -1  # the batch is complete: the whole entry
-                position = Position(ledgers[i], entries[i], b)
+        finally:
+            batches.close()  # the reader stops at once, also when a limit cut the range short
         return Scan(end, rows, nbytes, False)  # read through: everything up to ``end`` is taken
 
-    def _read(self, tp: str, start: Position, end: Position, batch_rows: int) -> Iterator[Any]:
+    def _read(self, tp: str, start: Position, end: Position, batch_rows: int) -> Generator[Any, None, None]:
+        """The bulk RecordBatches of ``(start, end]`` (close the generator to stop the reader)."""
         p = partition_of(tp)
-        return iter(
-            self.client.read_arrow(
-                tp,
-                start.message_id(p),
-                end.message_id(p),
-                partition=p,
-                batch_rows=batch_rows,
-                idle_timeout=self.poll_timeout_ms / 1000,
-            )
+        batches: Generator[Any, None, None] = self.client.read_arrow(
+            tp,
+            start.message_id(p),
+            end.message_id(p),
+            partition=p,
+            batch_rows=batch_rows,
+            idle_timeout=self.poll_timeout_ms / 1000,
         )
+        return batches
 
     def advance(
-        self, start: Offsets, latest: Offsets, max_rows: int | None, max_bytes: int | None
+        self,
+        start: Offsets,
+        latest: Offsets,
+        max_rows: int | None,
+        max_bytes: int | None,
+        *,
+        stop: threading.Event | None = None,
     ) -> tuple[Offsets, int]:
         """End positions for one batch from ``start`` toward ``latest`` within the limits.
 
         The row budget is shared fairly: each partition with data gets an equal share first,
         then what others left unused. Returns the end offsets and the rows admitted.
+        Raises :class:`PlanCancelled` once ``stop`` is set (checked between RecordBatches).
         """
         if max_rows is None and max_bytes is None:
             return latest, -1
@@ -297,7 +334,7 @@ class Planner:
                     break
                 rs = None if row_share is None else min(row_share, rows_left or 0)
                 bs = None if byte_share is None else min(byte_share, bytes_left or 0)
-                s = self.scan(tp, pos[tp], latest[tp], rs, bs, at_least_one=first_round)
+                s = self.scan(tp, pos[tp], latest[tp], rs, bs, at_least_one=first_round, stop=stop)
                 pos[tp] = s.position
                 total += s.rows
                 if rows_left is not None:

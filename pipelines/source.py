@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -59,8 +60,8 @@ from pulsarwire.errors import OperationTimeoutError
 
 from .errors import DataLossError, OptionError
 from .options import ClientSettings, client_settings, opt_bool, opt_int
-from .planner import Planner, TopicSelector, full_topic_name, partition_of
-from .positions import Offsets, Position
+from .planner import PlanCancelled, Planner, TopicSelector, full_topic_name
+from .positions import Offsets, Position, partition_of
 
 log = logging.getLogger("pipelines.source")
 
@@ -110,13 +111,15 @@ def source_schema(options: Mapping[str, str]) -> StructType:
 
     ``schema=auto`` fetches the topics' schema and types ``value`` by it (:mod:`pipelines.schemas`).
     """
-    from .schemas import schema_mode, value_type
-
     include = opt_bool(options, "includeProperties", True)
-    mode = schema_mode(options)
+    value: Any = BinaryType()
+    if _schema_mode(options) == "auto":
+        from .schemas import value_type
+
+        value = value_type(options)
     fields = [
         StructField("key", BinaryType()),
-        StructField("value", value_type(options) if mode == "auto" else BinaryType()),
+        StructField("value", value),
         StructField("topic", StringType()),
         StructField("partition", IntegerType()),
         StructField("messageId", BinaryType()),
@@ -135,6 +138,19 @@ def source_schema(options: Mapping[str, str]) -> StructType:
 
 
 # -- options -----------------------------------------------------------------------------
+def _schema_mode(options: Mapping[str, str]) -> str:
+    """The ``schema`` option (see :func:`pipelines.schemas.schema_mode`).
+
+    :mod:`pipelines.schemas` (pyarrow.compute, ~0.1 s) is imported only when the option is
+    given: every query start imports this module in a new Python process.
+    """
+    if options.get("schema") is None:
+        return "raw"
+    from .schemas import schema_mode
+
+    return schema_mode(options)
+
+
 def parse_time(option: str, value: str) -> int:
     """Milliseconds since the epoch from ``1700000000000`` or an ISO-8601 time (naive = UTC)."""
     v = value.strip()
@@ -268,8 +284,6 @@ class SourceOptions:
         job = options.get("job")
         if store is not None and not job:
             raise OptionError("job", "required with offsetStore (the job whose positions to resume from)")
-        from .schemas import schema_mode as parse_schema_mode
-
         return cls(
             settings=settings,
             selector=selector,
@@ -286,7 +300,7 @@ class SourceOptions:
             receiver_queue_size=opt_int(options, "receiverQueueSize", 10_000, 1) or 10_000,
             offset_store=store,
             job=job,
-            schema_mode=parse_schema_mode(options),
+            schema_mode=_schema_mode(options),
         )
 
 
@@ -502,6 +516,45 @@ class Lag:
         return min(v), sum(v) / len(v), max(v)
 
 
+class _PlanAhead:
+    """One :meth:`Planner.advance` call run in a daemon thread; ``question`` is its arguments.
+
+    The planner's blocking client is safe to share between threads; the driver's other calls
+    (latest, backlog, release) go on meanwhile.
+    """
+
+    def __init__(self, planner: Planner, question: tuple[Offsets, Offsets, int | None, int | None]) -> None:
+        self.question = question
+        self._stop = threading.Event()
+        self._answer: tuple[Offsets, int] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(planner,), name="pipelines-plan-ahead", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, planner: Planner) -> None:
+        try:
+            self._answer = planner.advance(*self.question, stop=self._stop)
+        except BaseException as exc:  # handed to the caller of result(), or dropped with cancel()
+            self._error = exc
+
+    def result(self) -> tuple[Offsets, int]:
+        """The answer, once the scan has finished; raises what the scan raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._answer is not None
+        return self._answer
+
+    def cancel(self) -> None:
+        """Stop the scan at its next RecordBatch and wait for the thread (its answer is dropped)."""
+        self._stop.set()
+        self._thread.join()
+        if self._error is not None and not isinstance(self._error, PlanCancelled):
+            log.debug("a plan made ahead was dropped: %s", self._error)
+
+
 class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("pulsarwire")`` with admission control and Trigger.AvailableNow."""
 
@@ -513,6 +566,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_at = time.monotonic()
         self.last_lag: Lag | None = None
         self._latest: Offsets | None = None
+        self._ahead: _PlanAhead | None = None  # the next batch, planned while this one runs
 
     @property
     def planner(self) -> Planner:
@@ -617,12 +671,35 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 and not self._enough(full_start, latest, min_rows)
             ):
                 return begin.updated(full_start).to_dict()
-            end, _ = self.planner.advance(full_start, latest, max_rows, max_bytes)
+            end = self._advance(full_start, latest, max_rows, max_bytes)
         end = Offsets({tp: max(end[tp], full_start[tp]) for tp in end})
         if end != full_start:
             self._last_batch_at = time.monotonic()
         self._report_lag(end)
         return begin.updated(end).to_dict()
+
+    def _advance(
+        self, start: Offsets, latest: Offsets, max_rows: int | None, max_bytes: int | None
+    ) -> Offsets:
+        """The end of the batch after ``start`` within the limits (:meth:`Planner.advance`).
+
+        Under Trigger.AvailableNow the end of the query never moves, so the batch after this
+        one is known to start where this one ends: it is planned (the planner scans it) in the
+        background while Spark runs this batch, and the next call takes it when it asks the
+        same question. Scanning and reading then overlap instead of taking turns.
+        """
+        question = (start, latest, max_rows, max_bytes)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.question == question:
+            end, _ = ahead.result()
+        else:
+            if ahead is not None:
+                ahead.cancel()
+            end, _ = self.planner.advance(*question)
+        end = Offsets({tp: max(end[tp], start[tp]) for tp in end})
+        if self._target is not None and end != latest:
+            self._ahead = _PlanAhead(self.planner, (end, latest, max_rows, max_bytes))
+        return end
 
     def _enough(self, start: Offsets, latest: Offsets, min_rows: int) -> bool:
         """minMessagesPerTrigger: enough rows waiting, or maxTriggerDelay passed since the last batch."""
@@ -664,6 +741,9 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.planner.release(Offsets.from_dict(end, "offsets"))
 
     def stop(self) -> None:
+        if self._ahead is not None:
+            self._ahead.cancel()
+            self._ahead = None
         if self._planner is not None:
             self._planner.close()
             self._planner = None

@@ -164,3 +164,119 @@ def test_restart_reports_a_checkpoint_that_disagrees_with_the_store(
         assert "the offset store" in caplog.text and "is ahead of the checkpoint" in caplog.text
     finally:
         reader.stop()
+
+
+def _reference_scan(
+    ids: list[tuple[int, int, int]],
+    sizes: list[int],
+    max_rows: int | None,
+    max_bytes: int | None,
+    first: bool,
+) -> tuple[Position | None, int, int, bool]:
+    """The scan rule message by message: a message goes while both budgets hold (the first one
+    always when ``first``); bytes are counted under a byte limit only. The scan starts at the
+    beginning; position None means "the end given to the scan" (read through)."""
+    rows = nbytes = 0
+    position: Position | None = Position.EARLIEST
+    for (ledger, entry, b), payload_size in zip(ids, sizes, strict=True):
+        size = payload_size if max_bytes is not None else 0
+        limited = (max_rows is not None and rows + 1 > max_rows) or (
+            max_bytes is not None and nbytes + size > max_bytes
+        )
+        if limited and (rows or not first):
+            return position, rows, nbytes, True
+        rows += 1
+        nbytes += size
+        position = Position(ledger, entry, b)
+    return None, rows, nbytes, False
+
+
+def test_scan_cuts_exactly_where_a_per_message_count_would(
+    broker: Broker, produce: Any, topic_name: str
+) -> None:
+    # entries of 7 messages (sizes 1..13 bytes), then single-message entries: limits fall inside
+    # batches, on entry boundaries and across the reader's RecordBatch boundaries
+    payloads = [b"v" * (1 + i % 13) for i in range(60)]
+    produce(broker.service_url, topic_name, payloads[:42], batching_max_messages=7)
+    produce(broker.service_url, topic_name, payloads[42:], batching_enabled=False)
+    planner = planner_for(broker, topic_name)
+    try:
+        end = planner.latest([topic_name])[topic_name]
+        every = list(planner._read(topic_name, Position.EARLIEST, end, 10_000))
+        ids = [
+            (row["ledger_id"], row["entry_id"], row["batch_index"])
+            for batch in every
+            for row in batch.select(["ledger_id", "entry_id", "batch_index"]).to_pylist()
+        ]
+        sizes = [len(v) for batch in every for v in batch.column("value").to_pylist()]
+        assert len(ids) == 60
+        last_index = {(ledger, entry): b for ledger, entry, b in ids}
+
+        def whole(p: Position) -> Position:
+            """The last message of an entry and the whole entry are the same position."""
+            if p.batch_index >= 0 and last_index.get((p.ledger_id, p.entry_id)) == p.batch_index:
+                return Position(p.ledger_id, p.entry_id, -1)
+            return p
+
+        cases = [(r, None) for r in (0, 1, 6, 7, 8, 20, 41, 42, 43, 59, 60, 61)]
+        cases += [(None, b) for b in (0, 5, 40, 300, 389, 390, 1000)]
+        cases += [(9, 50), (30, 200)]
+        for max_rows, max_bytes in cases:
+            for first in (True, False):
+                got = planner.scan(topic_name, Position.EARLIEST, end, max_rows, max_bytes, first)
+                pos, rows, nbytes, more = _reference_scan(ids, sizes, max_rows, max_bytes, first)
+                expected = (whole(pos or end), rows, nbytes, more)
+                assert (whole(got.position), got.rows, got.bytes, got.more) == expected, (max_rows, max_bytes)
+    finally:
+        planner.close()
+
+
+def test_available_now_plans_the_next_batch_while_this_one_runs(
+    broker: Broker, produce: Any, topic_name: str
+) -> None:
+    produce(broker.service_url, topic_name, [b"m"] * 50, batching_max_messages=7)
+    options = {
+        "service.url": broker.service_url,
+        "topic": topic_name,
+        "startingOffsets": "earliest",
+        "maxMessagesPerTrigger": "8",
+    }
+    reader = PulsarStreamReader(options, None)  # type: ignore[arg-type]
+    planner = planner_for(broker, topic_name)
+    try:
+        target = planner.latest([topic_name])
+        reader.prepareForTriggerAvailableNow()
+        produce(broker.service_url, topic_name, [b"late"] * 5, batching_enabled=False)  # past the target
+        initial = reader.initialOffset()
+        limit = reader.getDefaultReadLimit()
+        ends = []
+        start = initial
+        while (end := reader.latestOffset(start, limit)) != start:
+            ends.append(end)
+            start = end
+            ahead = reader._ahead  # the next batch is being planned, unless this one reached the target
+            assert (ahead is None) == (Offsets.from_dict(end) == target)
+            assert ahead is None or ahead.question[0] == Offsets.from_dict(end)
+        # the batches are exactly those planned one by one when asked
+        expected = []
+        s = Offsets.from_dict(initial)
+        rows = 0
+        while True:
+            e, n = planner.advance(s, target, 8, None)
+            if e == s:
+                break
+            expected.append(e.to_dict())
+            rows += n
+            s = e
+        assert ends == expected and rows == 50 and len(ends) == 7
+        # asked about another start (a replay): planned then and there, the plan ahead dropped
+        again = reader.latestOffset(initial, limit)
+        assert again == expected[0]
+        reader.latestOffset(again, limit)
+        plan = reader._ahead
+        assert plan is not None  # planning the third batch
+        reader.stop()
+        assert reader._ahead is None and not plan._thread.is_alive()
+    finally:
+        reader.stop()
+        planner.close()
