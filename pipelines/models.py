@@ -24,10 +24,9 @@ import importlib
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -42,8 +41,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .errors import JobError, OptionError
-from .positions import Position
+from .errors import JobError
+from .options import GrammarError, duration_ms, kind_of, offsets_spec, show, time_ms
 
 __all__ = [
     "Backfill",
@@ -70,6 +69,8 @@ __all__ = [
 ]
 
 MASK = "**********"
+
+T = TypeVar("T")
 
 # -- problems and paths ------------------------------------------------------------------------
 
@@ -132,33 +133,6 @@ def mask_secrets(value: Any, key: object = None) -> Any:
     return value
 
 
-def kind_of(value: object) -> str:
-    """The YAML name of a value's type, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return type(value).__name__
-
-
-def show(value: object, limit: int = 80) -> str:
-    """A short quoted rendering of a user value for a message."""
-    if isinstance(value, dict | list):
-        return kind_of(value)
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _suggest(value: str, choices: list[str]) -> str:
     lower = {c.lower(): c for c in choices}
     near = difflib.get_close_matches(value.lower(), list(lower), n=1, cutoff=0.6)
@@ -199,53 +173,22 @@ def _scalar_text(value: Any) -> Any:
     return value
 
 
-_DURATION = re.compile(r"(?P<n>\d+)\s*(?P<unit>ms|s|m|min|h|d)?")
-_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def duration_ms(text: str) -> int:
-    """``500ms``, ``30s``, ``15m``/``15min``, ``2h``, ``1d`` (a bare number is ms) → milliseconds.
-
-    The grammar of the source's ``maxTriggerDelay``. Raises ValueError.
-    """
-    m = _DURATION.fullmatch(str(text).strip().lower())
-    if not m:
-        raise ValueError(f"expected a duration such as 500ms, 30s, 15m, got {show(text)}")
-    return int(m.group("n")) * _UNIT_MS[m.group("unit")]
+def _job_value(parse: Callable[[Any], T], value: Any) -> T:
+    """``parse(value)`` with a :class:`~pipelines.options.GrammarError` raised as job-file problems."""
+    try:
+        return parse(value)
+    except GrammarError as exc:
+        found: list[tuple[Loc, str]] = [(key, message) for key, message in exc.problems]
+        raise problems(found) from None
 
 
 def _check_duration(value: str) -> str:
-    try:
-        duration_ms(value)
-    except ValueError as exc:
-        raise problem(str(exc)) from None
+    _job_value(duration_ms, value)
     return value.strip()
 
 
-def time_ms(value: Any) -> int:
-    """Milliseconds since the epoch from an integer or an ISO-8601 time (naive = UTC). Raises ValueError."""
-    wanted = "expected milliseconds since the epoch or an ISO-8601 time"
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"{wanted}, got {kind_of(value)}")
-    if isinstance(value, int) or re.fullmatch(r"\s*-?\d+\s*", value):
-        ms = int(value)
-        if ms < 0:
-            raise ValueError(f"must be >= 0, got {ms}")
-        return ms
-    try:
-        t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{wanted}, got {show(value)}") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=UTC)
-    return int(t.timestamp() * 1000)
-
-
 def _check_time(value: Any) -> int:
-    try:
-        return time_ms(value)
-    except ValueError as exc:
-        raise problem(str(exc)) from None
+    return _job_value(time_ms, value)
 
 
 _URL = re.compile(r"pulsar(\+ssl)?://[^/\s:]+(:\d+)?(,[^/\s:]+(:\d+)?)*/?")
@@ -296,57 +239,14 @@ ConfValue = Annotated[str, BeforeValidator(_scalar_text)]
 
 # -- positions and bounds -------------------------------------------------------------------
 
-_POSITION_HELP = "expected 'ledger:entry:batch', earliest or latest"
+
+def _offsets(value: Any) -> str | dict[str, str]:
+    """``earliest``, ``latest`` or topic-partition → position (:func:`~pipelines.options.offsets_spec`)."""
+    spec = _job_value(offsets_spec, value)
+    return spec if isinstance(spec, str) else {k: str(v) for k, v in spec.items()}
 
 
-def _position_spec(value: Any) -> str:
-    """One value of an offsets mapping → ``earliest`` | ``latest`` | ``ledger:entry:batch``."""
-    if value in (-2, "earliest") and not isinstance(value, bool):
-        return "earliest"
-    if value in (-1, "latest") and not isinstance(value, bool):
-        return "latest"
-    if isinstance(value, str):
-        try:
-            return str(Position.parse(value))
-        except OptionError:
-            pass
-    raise ValueError(f"{_POSITION_HELP}, got {show(value)}")
-
-
-def _offsets_mapping(value: Any) -> dict[str, str]:
-    """A mapping (or its JSON text) of topic-partition → position spec; raises ``problem`` per key."""
-    if isinstance(value, str) and value.strip().startswith("{"):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise problem(f"not valid JSON: {exc.msg} at character {exc.pos}") from None
-    if not isinstance(value, dict):
-        raise problem(f"expected a mapping of topic-partition to position, got {kind_of(value)}")
-    if not value:
-        raise problem("expected a mapping of topic-partition to position, got an empty mapping")
-    out: dict[str, str] = {}
-    found: list[tuple[Loc, str]] = []
-    for k, v in value.items():
-        try:
-            out[str(k)] = _position_spec(v)
-        except ValueError as exc:
-            found.append(((str(k),), str(exc)))
-    if found:
-        raise problems(found)
-    return out
-
-
-def _starting_offsets(value: Any) -> Any:
-    if isinstance(value, str) and value.strip().lower() in ("earliest", "latest"):
-        return value.strip().lower()
-    if isinstance(value, str) and not value.strip().startswith("{"):
-        raise problem(
-            f"expected earliest, latest or a mapping of topic-partition to position, got {show(value)}"
-        )
-    return _offsets_mapping(value)
-
-
-StartingOffsets = Annotated[str | dict[str, str], BeforeValidator(_starting_offsets)]
+StartingOffsets = Annotated[str | dict[str, str], BeforeValidator(_offsets)]
 
 
 class BoundError(ValueError):
@@ -388,10 +288,10 @@ class Bound(Section):
         if isinstance(data, str) and data.strip().lower() in ("earliest", "latest"):
             return {"kind": data.strip().lower()}
         if isinstance(data, dict) or (isinstance(data, str) and data.strip().startswith("{")):
-            return {"kind": "offsets", "offsets": _offsets_mapping(data)}
+            return {"kind": "offsets", "offsets": _offsets(data)}
         try:
             return {"kind": "time", "time_ms": time_ms(data), "text": str(data)}
-        except ValueError:
+        except GrammarError:
             raise problem(
                 "expected earliest, latest, a time (milliseconds or ISO-8601) or a mapping of "
                 f"topic-partition to 'ledger:entry:batch', got {show(data)}"
@@ -720,8 +620,8 @@ class Trigger(Section):
             if not isinstance(value, str | int) or isinstance(value, bool):
                 raise problem(f"expected a duration such as 30s, got {kind_of(value)}", "processing_time")
             try:
-                duration_ms(str(value))
-            except ValueError as exc:
+                duration_ms(value)
+            except GrammarError as exc:
                 raise problem(str(exc), "processing_time") from None
             return {"kind": "processing_time", "processing_time": str(value).strip()}
         raise problem(f"{_TRIGGER_HELP}, got {kind_of(data)}")

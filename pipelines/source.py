@@ -25,14 +25,11 @@ starts from — never ahead of what the sink committed.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -59,7 +56,17 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import OperationTimeoutError
 
 from .errors import DataLossError, OptionError
-from .options import ClientSettings, client_settings, opt_bool, opt_int
+from .options import (
+    ClientSettings,
+    Spec,
+    client_settings,
+    duration_ms,
+    offsets_spec,
+    opt_bool,
+    opt_int,
+    option_value,
+    time_ms,
+)
 from .planner import PlanCancelled, Planner, TopicSelector, full_topic_name
 from .positions import Offsets, Position, partition_of
 
@@ -151,38 +158,6 @@ def _schema_mode(options: Mapping[str, str]) -> str:
     return schema_mode(options)
 
 
-def parse_time(option: str, value: str) -> int:
-    """Milliseconds since the epoch from ``1700000000000`` or an ISO-8601 time (naive = UTC)."""
-    v = value.strip()
-    if re.fullmatch(r"-?\d+", v):
-        ms = int(v)
-        if ms < 0:
-            raise OptionError(option, f"must be >= 0, got {ms}")
-        return ms
-    try:
-        t = datetime.fromisoformat(v.replace("Z", "+00:00"))
-    except ValueError:
-        raise OptionError(option, f"expected milliseconds or an ISO-8601 time, got {value!r}") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=UTC)
-    return int(t.timestamp() * 1000)
-
-
-_DURATION = re.compile(r"(?P<n>\d+)\s*(?P<unit>ms|s|m|min|h|d)?")
-_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_duration_ms(option: str, value: str) -> int:
-    m = _DURATION.fullmatch(value.strip().lower())
-    if not m:
-        raise OptionError(option, f"expected a duration such as 500ms, 30s, 15m, got {value!r}")
-    return int(m.group("n")) * _UNIT_MS[m.group("unit")]
-
-
-#: per-partition starting/ending spec: a position, or "earliest" / "latest"
-Spec = str | Position
-
-
 @dataclass(frozen=True)
 class Bound:
     """startingOffsets/endingOffsets/startingTime/endingTime as given (resolved on the driver)."""
@@ -198,30 +173,11 @@ def _parse_bound(options: Mapping[str, str], offsets_key: str, time_key: str, de
     if text is not None and t is not None:
         raise OptionError(time_key, f"give {offsets_key} or {time_key}, not both")
     if t is not None:
-        return Bound("time", time_ms=parse_time(time_key, t))
-    if text is None or text.strip().lower() in ("earliest", "latest"):
-        kind = (text or default).strip().lower()
-        return Bound(kind)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        raise OptionError(offsets_key, f"expected earliest, latest or a JSON object, got {text!r}") from None
-    if not isinstance(data, dict) or not data:
-        raise OptionError(offsets_key, "expected a JSON object of topic-partition → position")
-    specs: dict[str, Spec] = {}
-    for k, v in data.items():
-        name = full_topic_name(str(k))
-        if v in (-2, "earliest"):
-            specs[name] = "earliest"
-        elif v in (-1, "latest"):
-            specs[name] = "latest"
-        elif isinstance(v, str):
-            specs[name] = Position.parse(v, f"{offsets_key}[{k}]")
-        else:
-            raise OptionError(
-                f"{offsets_key}[{k}]", f"expected 'ledger:entry:batch', earliest or latest, got {v!r}"
-            )
-    return Bound("json", specs)
+        return Bound("time", time_ms=option_value(time_key, t, time_ms))
+    spec = default if text is None else option_value(offsets_key, text, offsets_spec)
+    if isinstance(spec, str):
+        return Bound(spec)
+    return Bound("json", {full_topic_name(k): v for k, v in spec.items()})
 
 
 @dataclass(frozen=True)
@@ -292,7 +248,9 @@ class SourceOptions:
             max_rows=max_rows,
             max_bytes=max_bytes,
             min_rows=min_rows,
-            max_trigger_delay_ms=parse_duration_ms("maxTriggerDelay", delay) if delay else 15 * 60_000,
+            max_trigger_delay_ms=option_value("maxTriggerDelay", delay, duration_ms)
+            if delay
+            else 15 * 60_000,
             fail_on_data_loss=opt_bool(options, "failOnDataLoss", True),
             subscription=subscription if streaming else None,
             poll_timeout_ms=opt_int(options, "pollTimeoutMs", 30_000, 1) or 30_000,

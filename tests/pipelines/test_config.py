@@ -23,6 +23,7 @@ from pipelines.cli import main
 from pipelines.config import load_job, parse_override, parse_path, redacted
 from pipelines.errors import JobError
 from pipelines.models import MASK, Bound, BoundError, Job, format_path, parse_bound
+from pipelines.positions import Position
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -975,3 +976,55 @@ def test_every_job_validates_with_every_profile(profile: str, monkeypatch: pytes
             assert job.source_options()["service.url"].startswith("pulsar")
         if job.sink.pulsar is not None:
             assert job.sink_options()["producerNamePrefix"] == job.name
+
+
+# -- one grammar for job files and Spark options -------------------------------------------------
+
+GRAMMAR_CASES = [
+    # (job key, Spark option, bad value in YAML, the same as a Spark option, problem under a key)
+    ("max_trigger_delay", "maxTriggerDelay", "15 minutes", "15 minutes", None),
+    ("starting_time", "startingTime", "yesterday", "yesterday", None),
+    ("starting_offsets", "startingOffsets", "oldest", "oldest", None),
+    ("starting_offsets", "startingOffsets", "'{nope'", "{nope", None),
+    ("starting_offsets", "startingOffsets", "{p0: '12:x'}", '{"p0": "12:x"}', "p0"),
+]
+
+
+@pytest.mark.parametrize(("key", "option", "in_yaml", "in_spark", "under"), GRAMMAR_CASES)
+def test_job_files_and_spark_options_share_one_grammar(
+    load: Callable[..., Job], key: str, option: str, in_yaml: str, in_spark: str, under: str | None
+) -> None:
+    from pipelines.errors import OptionError
+    from pipelines.source import SourceOptions
+
+    lines = f"topic: orders\n    {key}: {in_yaml}\n    min_messages_per_trigger: 10"
+    [found] = problems(lambda: load(INGEST.replace("topic: orders", lines)))
+    options = {"service.url": "pulsar://h:6650", "topic": "orders", "minMessagesPerTrigger": "10"}
+    with pytest.raises(OptionError) as info:
+        SourceOptions.parse({**options, option: in_spark}, streaming=True)
+    job_place = f"jobs/t.yaml: source.pulsar.{key}" + (f".{under}" if under else "")
+    spark_place = option + (f"[{under}]" if under else "")
+    assert found.startswith(job_place + ": ") and str(info.value).startswith(spark_place + ": ")
+    assert found[len(job_place) + 2 :] == str(info.value)[len(spark_place) + 2 :]  # the same message
+
+
+def test_a_job_files_values_mean_the_same_to_the_source(load: Callable[..., Job]) -> None:
+    from pipelines.source import SourceOptions
+
+    job = load(
+        INGEST.replace(
+            "topic: orders",
+            "topic: orders\n    starting_time: '2024-06-01T00:00:00Z'\n"
+            "    min_messages_per_trigger: 10\n    max_trigger_delay: 2min",
+        )
+    )
+    opts = SourceOptions.parse(job.source_options(), streaming=True)
+    assert (opts.starting.kind, opts.starting.time_ms) == ("time", 1717200000000)
+    assert opts.max_trigger_delay_ms == 120_000
+    offsets = '{"orders-partition-0": "3:4:-1", "orders-partition-1": -2}'
+    job = load(INGEST.replace("topic: orders", f"topic: orders\n    starting_offsets: '{offsets}'"))
+    opts = SourceOptions.parse(job.source_options(), streaming=True)
+    assert dict(opts.starting.per_topic) == {
+        "persistent://public/default/orders-partition-0": Position(3, 4, -1),
+        "persistent://public/default/orders-partition-1": "earliest",
+    }

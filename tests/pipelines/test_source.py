@@ -318,7 +318,7 @@ def test_option_errors_reach_the_user(spark: Any, dedup_broker: Broker) -> None:
             lambda: read(spark, url, topic="a", topics="b").collect(),
             "exactly one of topic, topics, topicsPattern",
         ),
-        (lambda: read(spark, url, topic="a", startingOffsets="{bad").collect(), "startingOffsets: expected"),
+        (lambda: read(spark, url, topic="a", startingOffsets="{bad").collect(), "startingOffsets: not valid"),
         (lambda: read(spark, url, topic="a", startingTime="yesterday").collect(), "startingTime: expected"),
         (lambda: read(spark, url, topic="a", maxMessagesPerTrigger="5").collect(), "only for streaming"),
         (lambda: read(spark, url, topic="a", colour="red").collect(), "unknown option"),
