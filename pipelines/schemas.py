@@ -821,7 +821,7 @@ _cache_lock = threading.Lock()
 
 
 def _parent(topic_partition: str) -> str:
-    from .planner import partition_of
+    from .positions import partition_of
 
     if partition_of(topic_partition) < 0:
         return topic_partition
