@@ -98,6 +98,11 @@ def _zstd_decompress(data: Buffer, size: int) -> bytes:
     declared = zstandard.frame_content_size(data)
     if declared not in (-1, size):
         raise DecompressedSizeMismatchError(f"zstd frame holds {declared} bytes, metadata declares {size}")
+    if declared == size:  # the frame states its size, which is within the limit: one call
+        try:
+            return bytes(_ZSTD_D.decompress(data, max_output_size=size))
+        except zstandard.ZstdError:
+            pass  # the stream reader below says how it is broken, as for any other frame
     with _ZSTD_D.stream_reader(bytes(data)) as reader:
         out = reader.read(size + 1)
     return bytes(out)
