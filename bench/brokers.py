@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
-from pulsarwire.testing.process import broker_process
+from pulsarwire.testing.process import broker_process, stop_process
 
 PR_SET_PDEATHSIG = 1
 
@@ -102,9 +102,4 @@ def pulsar_lite_broker() -> Iterator[str]:
                         time.sleep(0.05)
                 yield f"pulsar://127.0.0.1:{port}"
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                stop_process(proc)

@@ -66,9 +66,15 @@ from pulsarwire.protocol.connection import (
     Event,
     MessageReceived,
 )
-from pulsarwire.protocol.state import HANDLER_TRANSITIONS, HandlerState, transition
+from pulsarwire.protocol.state import (
+    CLOSED_AT_ONCE,
+    HANDLER_TRANSITIONS,
+    STARTABLE,
+    HandlerState,
+    transition,
+)
 
-from .creation import Creation, create
+from .creation import Creation, create, still_held
 from .message import Message
 from .retry import Backoff, Decision, decide
 
@@ -265,7 +271,7 @@ class PartitionConsumer:
         Called again by the client's retries after a retriable failure; raises
         AlreadyClosedError once the consumer was closed (or failed) meanwhile.
         """
-        if self.state not in (HandlerState.UNINITIALIZED, HandlerState.CONNECTING, HandlerState.RECONNECTING):
+        if self.state not in STARTABLE:
             raise AlreadyClosedError(f"consumer on {self.topic} is {self.state.value}")
         self._set(HandlerState.CONNECTING)
         await self._connect()
@@ -379,13 +385,7 @@ class PartitionConsumer:
                     continue
                 if not self._in(HandlerState.CONNECTING):
                     return
-                # The broker may still hold our old consumer (it has not seen the old connection
-                # go, e.g. after a partition): ConsumerBusy on a *re*subscribe is retried until
-                # the operation timeout, as the Java client does.
-                stale = (
-                    isinstance(exc, ConsumerBusy)
-                    and time.monotonic() - began < self.client.retry.operation_timeout
-                )
+                stale = still_held(exc, ConsumerBusy, began, self.client.retry.operation_timeout)
                 if (
                     not stale
                     and isinstance(exc, PulsarWireError)
@@ -930,7 +930,7 @@ class PartitionConsumer:
             return
         self.flush_acks()
         prior = self.state
-        if prior not in (HandlerState.FAILED, HandlerState.TERMINATED, HandlerState.UNINITIALIZED):
+        if prior not in CLOSED_AT_ONCE:
             self._set(HandlerState.CLOSING)  # a failed or never-started one goes straight to CLOSED
         if self._reconnecting is not None:
             self._reconnecting.cancel()

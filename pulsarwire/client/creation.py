@@ -22,10 +22,11 @@ The handler sees the creation in flight as its ``creating`` attribute (None othe
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pulsarwire.errors import AlreadyClosedError, ConnectionClosedError, PulsarWireError
+from pulsarwire.errors import AlreadyClosedError, ConnectionClosedError, PulsarWireError, ServerError
 from pulsarwire.proto import pb
 from pulsarwire.protocol.state import HandlerState
 
@@ -99,3 +100,11 @@ async def create(
         creation.forget()
         raise ConnectionClosedError(f"connection to {conn.url} closed while creating the {what}")
     return resp
+
+
+def still_held(error: BaseException, busy: type[ServerError], began: float, timeout: float) -> bool:
+    """True when a *re*-creation was answered ``busy`` (ProducerBusy / ConsumerBusy) within
+    ``timeout`` seconds of ``began`` (monotonic): the broker still holds our old producer or
+    consumer (it has not seen the old connection go, e.g. a half-open one), so the creation
+    is retried until the operation timeout, as the Java client does."""
+    return isinstance(error, busy) and time.monotonic() - began < timeout

@@ -47,9 +47,15 @@ from pulsarwire.errors import (
 )
 from pulsarwire.proto import pb
 from pulsarwire.protocol.connection import Event, ProducerClosedByBroker, SendError, SendReceipt
-from pulsarwire.protocol.state import HANDLER_TRANSITIONS, HandlerState, transition
+from pulsarwire.protocol.state import (
+    CLOSED_AT_ONCE,
+    HANDLER_TRANSITIONS,
+    STARTABLE,
+    HandlerState,
+    transition,
+)
 
-from .creation import Creation, create
+from .creation import Creation, create, still_held
 from .retry import Backoff, Decision, decide
 
 if TYPE_CHECKING:
@@ -177,7 +183,7 @@ class PartitionProducer:
         Called again by the client's retries after a retriable failure; raises
         AlreadyClosedError once the producer was closed (or ended) meanwhile.
         """
-        if self.state not in (HandlerState.UNINITIALIZED, HandlerState.CONNECTING, HandlerState.RECONNECTING):
+        if self.state not in STARTABLE:
             raise self._error or AlreadyClosedError(f"producer on {self.topic} is {self.state.value}")
         self._set(HandlerState.CONNECTING)
         await self._connect(first=True)
@@ -254,13 +260,7 @@ class PartitionProducer:
                     continue
                 if not self._in(HandlerState.CONNECTING):  # closed meanwhile
                     return
-                # The broker may still hold our old producer (it has not seen the old connection
-                # go, e.g. a half-open one): ProducerBusy on a *re*-creation is retried until the
-                # operation timeout, as the Java client retries a producer it had created.
-                stale = (
-                    isinstance(exc, ProducerBusy)
-                    and time.monotonic() - began < self.client.retry.operation_timeout
-                )
+                stale = still_held(exc, ProducerBusy, began, self.client.retry.operation_timeout)
                 if decision is Decision.FAIL and not stale:
                     self._give_up(exc)
                     return
@@ -624,7 +624,7 @@ class PartitionProducer:
         if self.state is HandlerState.READY:
             await self.flush()
         prior = self.state
-        if prior not in _ENDED:  # a failed, terminated or never-started one goes straight to CLOSED
+        if prior not in CLOSED_AT_ONCE:  # a failed, terminated or never-started one goes straight to CLOSED
             self._set(HandlerState.CLOSING)
         if self._reconnecting is not None:
             self._reconnecting.cancel()
@@ -643,9 +643,6 @@ class PartitionProducer:
         self._fail_all(AlreadyClosedError(f"producer on {self.topic} closed"))
         if self._timeout_task is not None:
             self._timeout_task.cancel()
-
-
-_ENDED = (HandlerState.FAILED, HandlerState.TERMINATED, HandlerState.UNINITIALIZED)
 
 
 def _complete(fut: asyncio.Future[MessageId], mid: MessageId) -> None:

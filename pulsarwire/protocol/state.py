@@ -50,6 +50,11 @@ HANDLER_TRANSITIONS: dict[HandlerState, frozenset[HandlerState]] = {
     _H.TERMINATED: frozenset({_H.CLOSED}),
 }
 
+#: states a producer/consumer's first creation may be (re)tried from (the client's retries)
+STARTABLE = frozenset({_H.UNINITIALIZED, _H.CONNECTING, _H.RECONNECTING})
+#: states close() takes straight to CLOSED: failed, terminated or never started
+CLOSED_AT_ONCE = frozenset({_H.FAILED, _H.TERMINATED, _H.UNINITIALIZED})
+
 S = TypeVar("S", ConnectionState, HandlerState)
 
 

@@ -2,8 +2,8 @@
 
 ``broker_process(*args)`` starts it on a free loopback port (``--port 0``) with the given
 extra command-line arguments, waits for its ``ready on pulsar://...`` line and yields that
-URL; the broker is stopped (SIGTERM, then SIGKILL) when the block ends. Its logs go to
-stderr, which is discarded, so nothing can fill a pipe while it runs.
+URL; the broker is stopped (:func:`stop_process`: SIGTERM, then SIGKILL) when the block
+ends. Its logs go to stderr, which is discarded, so nothing can fill a pipe while it runs.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 READY = re.compile(r"ready on (pulsar://\S+)")
 
@@ -45,9 +46,14 @@ def broker_process(
                 break
         raise RuntimeError(f"the pulsarwire broker did not report 'ready on' (exit code {proc.poll()})")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL when ``proc`` has not exited within ``grace`` seconds; reaps it."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -22,6 +22,7 @@ import pytest
 
 from pulsarwire.client.blocking import Client, CompressionType, Producer
 from pulsarwire.codec import MessageId
+from pulsarwire.testing.process import stop_process
 from tests.pulsarwire.broker.support import assert_exactly, assert_silent, new_topic, position, receive_n
 
 
@@ -63,12 +64,7 @@ def lite_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             _wait_listening(proc, port, log_path)
             yield f"pulsar://127.0.0.1:{port}"
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 def _wait_listening(proc: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
