@@ -575,19 +575,21 @@ class PartitionProducer:
         deduplication hides for ever (a retry with its sequence id would count as a duplicate).
         Like Kafka's idempotent producer, later messages fail with it; the caller resends all.
         """
-        at = next((i for i, o in enumerate(self.pending) if o.sequence_id == sequence_id), None)
+        ops = list(self.pending)
+        at = next((i for i, o in enumerate(ops) if o.sequence_id == sequence_id), None)
         if at is None:
             return
-        doomed = list(self.pending)[at:]
-        self._drop_op(doomed[0], error)
-        for op in doomed[1:]:
-            if op in self.pending:
-                self._drop_op(
-                    op,
-                    SendRefusedError(
-                        f"not sent: the broker refused message {sequence_id} before it ({error})"
-                    ),
-                )
+        refused = ops[at]
+        self._drop_op(refused, error)  # with its other chunks, wherever they are
+        # What was sent after it is now the tail of pending: cut it in one go (not one scan of
+        # pending per message, which is quadratic with thousands pending).
+        later = [o for o in ops[at + 1 :] if refused.chunks is None or o.chunks is not refused.chunks]
+        why = f"not sent: the broker refused message {sequence_id} before it ({error})"
+        for op in later:
+            self.pending.pop()
+            self.pending_messages -= op.num_messages
+            _fail(op.futures, SendRefusedError(why))
+        self._notify_space()
         self._force_reconnect(f"message {sequence_id} refused: {error}")
 
     def _drop_op(self, op: OpSend, exc: BaseException) -> None:
