@@ -19,8 +19,7 @@ from pipelines.cli import main as cli
 from pipelines.demo import produce
 from pipelines.testing import backfill, run_job
 from pulsarwire.broker import Broker
-from pulsarwire.client.blocking import Client
-from pulsarwire.codec.message_id import MessageId
+from tests.pipelines.test_sink import read_topic
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,31 +50,19 @@ def test_ingest_is_exactly_once_across_reruns(env: Broker, tmp_path: Path) -> No
     assert stats["subscriptions"]["orders_ingest"]["backlog"] == 0
 
 
-def read_all(url: str, topic: str) -> list[Any]:
-    client = Client(url)
-    try:
-        reader = client.create_reader(topic, MessageId.EARLIEST)
-        out = []
-        while reader.has_message_available():
-            out.append(reader.read_next(10_000))
-        return out
-    finally:
-        client.close()
-
-
 def test_publish_follows_the_table_exactly_once(env: Broker, tmp_path: Path) -> None:
     produce(env.service_url, "orders", 300)
     run_job("jobs/orders_ingest.yaml")
     run_job("jobs/orders_publish.yaml")
-    published = read_all(env.service_url, "orders-enriched")
+    published = read_topic(env.service_url, "orders-enriched")
     assert sorted(json.loads(m.data())["id"] for m in published) == list(range(300))
     assert all(m.properties()["source"] == "orders_publish" for m in published)
     run_job("jobs/orders_publish.yaml")  # no new table version: nothing published
-    assert len(read_all(env.service_url, "orders-enriched")) == 300
+    assert len(read_topic(env.service_url, "orders-enriched")) == 300
     produce(env.service_url, "orders", 100, first=300)
     run_job("jobs/orders_ingest.yaml")
     run_job("jobs/orders_publish.yaml")
-    again = read_all(env.service_url, "orders-enriched")
+    again = read_topic(env.service_url, "orders-enriched")
     assert sorted(json.loads(m.data())["id"] for m in again) == list(range(400))
 
 
