@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import json
 import logging
+import re
 import ssl
 import threading
 import time
@@ -58,6 +59,19 @@ SERVER_VERSION = "pulsarwire-broker/0.1"
 T = pb.BaseCommand
 E = pb.ServerError
 SubType = pb.CommandSubscribe.SubType
+
+#: The C++ client core (under the official Python, Node.js and C++ clients) up to this version has no
+#: case for REACHED_END_OF_TOPIC: it logs "Received invalid message from server" and drops the whole
+#: connection, then resubscribes and is told again -- a reconnect loop that redelivers everything unacked
+#: on that connection. Such clients are not sent the notice (the Python client cannot ask for it anyway).
+_CPP_WITHOUT_END_OF_TOPIC = (4, 2)
+_CPP_VERSION = re.compile(r"Pulsar-CPP-v(\d+)\.(\d+)")
+
+
+def understands_end_of_topic(client_version: str) -> bool:
+    """Whether a client announcing ``client_version`` in CONNECT handles REACHED_END_OF_TOPIC."""
+    m = _CPP_VERSION.match(client_version)
+    return m is None or (int(m[1]), int(m[2])) > _CPP_WITHOUT_END_OF_TOPIC
 
 
 @dataclass
@@ -445,6 +459,7 @@ class ServerConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.connected = False
         self.protocol_version = 0
+        self.end_of_topic_notices = True
         self.producers: dict[int, ProducerRef] = {}
         self.consumers: dict[int, tuple[ConsumerRef, Topic, Subscription]] = {}
         self.last_seen = time.monotonic()
@@ -618,6 +633,7 @@ class ServerConnection(asyncio.Protocol):
     def on_connect(self, cmd: pb.BaseCommand, _: Any) -> None:
         c = cmd.connect
         self.protocol_version = min(c.protocol_version, PROTOCOL_VERSION)
+        self.end_of_topic_notices = understands_end_of_topic(c.client_version)
         if self.broker.config.auth is not None:
             try:
                 self._authenticate(c.auth_method_name, c.auth_data)
@@ -779,7 +795,7 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.send
         ref = self.producers.get(req.producer_id)
         if ref is None:
-            raise BrokerError(E.ProducerBusy if False else E.UnknownError, f"no producer {req.producer_id}")
+            raise BrokerError(E.UnknownError, f"no producer {req.producer_id}")
         topic = ref.topic
         if topic.terminated:
             raise BrokerError(E.TopicTerminatedError, f"topic {topic.name} is terminated")
@@ -1195,6 +1211,8 @@ class ServerConnection(asyncio.Protocol):
         self.send(cmd)
 
     def send_end_of_topic(self, consumer: ConsumerRef) -> None:
+        if not self.end_of_topic_notices:
+            return
         cmd, s = new_command(T.REACHED_END_OF_TOPIC)
         s.consumer_id = consumer.consumer_id
         self.send(cmd)

@@ -102,10 +102,20 @@ def assert_silent(source: pulsar.Consumer | pulsar.Reader, wait_ms: int = SILENC
     raise AssertionError(f"unexpected extra message {msg.data()!r} at {msg.message_id()}")
 
 
+#: how long ``drain`` may keep receiving: a broker or client that redelivers in a loop fails the test
+DRAIN_LIMIT_S = 60.0
+
+
 def drain(consumer: pulsar.Consumer, *, ack: bool = True, wait_ms: int = SILENCE_MS) -> list[pulsar.Message]:
     """Receive until nothing arrives for ``wait_ms`` (for consumers whose share is not known up front)."""
     out = []
+    deadline = time.monotonic() + DRAIN_LIMIT_S
     while True:
+        if time.monotonic() > deadline:
+            distinct = len({m.data() for m in out})
+            raise AssertionError(
+                f"still receiving after {DRAIN_LIMIT_S:.0f} s: {len(out)} messages, {distinct} distinct"
+            )
         try:
             msg = consumer.receive(wait_ms)
         except pulsar.Timeout:

@@ -8,6 +8,7 @@ import pulsar
 import pytest
 
 from pulsarwire.broker import Broker
+from pulsarwire.broker.server import understands_end_of_topic
 from tests.pulsarwire.broker.support import (
     assert_silent,
     new_topic,
@@ -130,13 +131,8 @@ def test_producer_name_in_use_is_refused(client: pulsar.Client, topic: str) -> N
         client.create_producer(topic, producer_name="only-one")
 
 
-def test_terminate_topic(
-    shared_broker: Broker, client: pulsar.Client, make_client: MakeClient, topic: str
-) -> None:
-    # "sub" gets a connection of its own: see below.
-    consumer = make_client(shared_broker).subscribe(
-        topic, "sub", initial_position=pulsar.InitialPosition.Earliest
-    )
+def test_terminate_topic(shared_broker: Broker, client: pulsar.Client, topic: str) -> None:
+    consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
     behind = client.subscribe(topic, "behind", initial_position=pulsar.InitialPosition.Earliest)
     producer = client.create_producer(topic)
     values = payloads(10)
@@ -152,10 +148,11 @@ def test_terminate_topic(
     # The messages published before termination are all delivered, once, and nothing after.
     assert [m.data() for m in receive_n(consumer, 10, ack=True)] == values
     assert_silent(consumer)
-    # Once "sub" has acknowledged everything the broker sends REACHED_END_OF_TOPIC, as Apache Pulsar
-    # does. The Python client has no is_end_of_topic(), and its C++ core (4.2) does not know that
-    # command: it drops the connection (every producer and consumer on it) and resubscribes, in a
-    # loop. So "sub" has a client of its own and is left alone from here on.
+    # Once "sub" has acknowledged everything, Apache Pulsar sends REACHED_END_OF_TOPIC. The C++ core of
+    # the Python client (4.2) has no case for it: it would drop the connection (every producer and
+    # consumer on it) and resubscribe, in a loop. The broker does not send it to such clients, so the
+    # connection "sub" shares with "behind" stays up.
+    accepted = shared_broker.connections_accepted
     assert position(behind.get_last_message_id())[:2] == last
     assert [m.data() for m in receive_n(behind, 10)] == values
     assert_silent(behind)
@@ -163,3 +160,17 @@ def test_terminate_topic(
     assert [m.data() for m in read_n(reader, 10)] == values
     assert not reader.has_message_available()
     assert_silent(reader)
+    assert_silent(consumer)
+    assert shared_broker.connections_accepted == accepted, "the client reconnected"
+
+
+def test_end_of_topic_notice_only_to_clients_that_handle_it() -> None:
+    # The C++ core up to 4.2 drops its connection on REACHED_END_OF_TOPIC (see test_terminate_topic).
+    assert not understands_end_of_topic("Pulsar-CPP-v4.2.0")
+    assert not understands_end_of_topic("Pulsar-CPP-v3.13.1")
+    assert understands_end_of_topic("Pulsar-CPP-v4.3.0")
+    assert understands_end_of_topic("Pulsar-CPP-v10.0.0")
+    assert understands_end_of_topic("Pulsar-Java-v4.0.0")
+    assert understands_end_of_topic("Pulsar-Go-v0.14.0")
+    assert understands_end_of_topic("pulsarwire/0.1")
+    assert understands_end_of_topic("")
