@@ -271,8 +271,9 @@ class _Rows:
         n = self.count
         ends = pa.array(self.run_ends, pa.int32())
 
-        def per_entry(values: list[Any], typ: pa.DataType) -> pa.Array:
-            return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, pa.array(values, typ)))
+        def per_entry(values: list[Any] | pa.Array, typ: pa.DataType) -> pa.Array:
+            array = values if isinstance(values, pa.Array) else pa.array(values, typ)
+            return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, array))
 
         row = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int32()), n), start=-1)  # 0, 1, ...
         batch_index = pc.add(row, per_entry(self.index_shifts, pa.int32()))
@@ -306,7 +307,7 @@ class _Rows:
             "publish_time": per_entry(self.publish_times, types["publish_time"]),
             "event_time": pa.array(self.event_times, types["event_time"]),
             "properties": properties,
-            "producer_name": per_entry(self.producer_names, types["producer_name"]),
+            "producer_name": per_entry(_text_array(self.producer_names), types["producer_name"]),
             "sequence_id": pa.array(self.sequence_ids, types["sequence_id"]),
             "message_id": message_id,
         }

@@ -59,7 +59,7 @@ class Message:
         return self._redelivery_count
 
     def producer_name(self) -> str:
-        return self._metadata.producer_name
+        return as_text(self._metadata.producer_name)
 
     def sequence_id(self) -> int:
         s = self._single

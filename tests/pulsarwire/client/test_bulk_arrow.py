@@ -312,3 +312,14 @@ def test_a_property_that_is_not_utf8_reads_with_replacement_characters_on_both_p
     single = pb.SingleMessageMetadata.FromString(raw[4 : 4 + U32.unpack_from(raw)[0]])
     msg = Message(b"x" * 5, MessageId(7, 0), TOPIC, md, single, 0)
     assert msg.properties() == {"p": "\ufffdALUE"}
+
+
+def test_a_producer_name_that_is_not_utf8_reads_with_replacement_characters_on_both_paths() -> None:
+    raw = encode_batch((pb.SingleMessageMetadata(sequence_id=i), b"x" * 5) for i in range(3))
+    named = pb.MessageMetadata(producer_name="PROD", sequence_id=0, publish_time=1, num_messages_in_batch=3)
+    md = pb.MessageMetadata.FromString(named.SerializeToString().replace(b"PROD", b"\xffROD"))
+    columns, messages = read_both([(md, raw, 3)], MessageId(7, 0, -1, -1))
+    assert_same_reads(columns, messages)
+    rows = columns.rows.to_batch(TOPIC, 3).to_pylist()
+    assert [r["producer_name"] for r in rows] == ["\ufffdROD"] * 3
+    assert Message(b"x", MessageId(7, 0), TOPIC, md, None, 0).producer_name() == "\ufffdROD"
