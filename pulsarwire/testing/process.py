@@ -3,15 +3,18 @@
 ``broker_process(*args)`` starts it on a free loopback port (``--port 0``) with the given
 extra command-line arguments, waits for its ``ready on pulsar://...`` line and yields that
 URL; the broker is stopped (:func:`stop_process`: SIGTERM, then SIGKILL) when the block
-ends. Its logs go to stderr, which is discarded, so nothing can fill a pipe while it runs.
+ends. Its logs go to stderr, which is discarded, and a thread keeps reading its stdout, so
+nothing can fill a pipe while it runs; a broker that prints nothing still meets the deadline.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,18 +38,42 @@ def broker_process(
         preexec_fn=preexec_fn,
     )
     try:
-        assert proc.stdout is not None
+        lines = _lines_of(proc)
         deadline = time.monotonic() + start_timeout
-        for line in proc.stdout:
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:  # stdout closed: the broker is exiting
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(max(0.0, deadline - time.monotonic()))
+                break
             match = READY.search(line)
             if match:
                 yield match.group(1)
                 return
-            if time.monotonic() > deadline:
-                break
-        raise RuntimeError(f"the pulsarwire broker did not report 'ready on' (exit code {proc.poll()})")
+        raise RuntimeError(
+            f"the pulsarwire broker did not report 'ready on' within {start_timeout:g} s"
+            f" (exit code {proc.poll()})"
+        )
     finally:
         stop_process(proc)
+
+
+def _lines_of(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
+    """The lines ``proc`` prints, read by a daemon thread until its stdout closes (then ``None``)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+    stdout = proc.stdout
+    assert stdout is not None
+
+    def pump() -> None:
+        for line in stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, name="broker-stdout", daemon=True).start()
+    return lines
 
 
 def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
