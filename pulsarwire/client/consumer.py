@@ -68,15 +68,13 @@ from pulsarwire.protocol.connection import (
 )
 from pulsarwire.protocol.state import (
     CLOSED_AT_ONCE,
-    HANDLER_TRANSITIONS,
     STARTABLE,
     HandlerState,
-    transition,
 )
 
-from .creation import Creation, create, still_held
+from .creation import Creation, create
+from .handler import Handler
 from .message import Message
-from .retry import Backoff, Decision, decide
 
 if TYPE_CHECKING:
     from pulsarwire.io.connection import Connection
@@ -207,7 +205,10 @@ class MessageQueue:
             return False
 
 
-class PartitionConsumer:
+class PartitionConsumer(Handler):
+    KIND = "consumer"
+    BUSY = ConsumerBusy
+
     def __init__(
         self, client: AsyncClient, topic: str, partition: int, config: ConsumerConfig, queue: MessageQueue
     ) -> None:
@@ -257,13 +258,6 @@ class PartitionConsumer:
             max_pending=config.max_pending_chunked_message,
             expire_after_ms=config.expire_time_of_incomplete_chunked_message_ms,
         )
-
-    # -- state ---------------------------------------------------------------------
-    def _set(self, new: HandlerState) -> None:
-        self.state = transition(HANDLER_TRANSITIONS, self.state, new, f"consumer {self.topic}")
-
-    def _in(self, state: HandlerState) -> bool:
-        return self.state is state
 
     async def start(self) -> None:
         """Subscribe for the first time; raises when the consumer cannot be created.
@@ -341,61 +335,24 @@ class PartitionConsumer:
             permits, self._consumed = self._consumed, 0
             self._flow(permits)
 
-    # -- reconnect -----------------------------------------------------------------
-    def connection_closed(self, connection: Connection) -> None:
-        if connection is self.connection:
-            self._lost(f"connection to {connection.url} closed")
+    # -- reconnect (Handler) ----------------------------------------------------------
+    def _registry(self, connection: Connection) -> dict[int, Any]:
+        return connection.consumers
 
-    def _lost(self, reason: str) -> None:
-        if self.state not in (HandlerState.READY, HandlerState.CONNECTING):
-            return
-        log.info("consumer on %s: %s; reconnecting", self.topic, reason)
-        if self.connection is not None:
-            self.connection.consumers.pop(self.consumer_id, None)
-        if self.creating is not None:  # its awaiter sees RECONNECTING and subscribes again
-            self.creating.forget()
-        self.connection = None
-        self._set(HandlerState.RECONNECTING)
+    def _handler_id(self) -> int:
+        return self.consumer_id
+
+    def _after_lost(self) -> None:
         dropped = self.queue.drop(self)
         if dropped:
             log.debug("consumer on %s: dropped %d queued messages", self.topic, dropped)
-        if self.creating is None and (self._reconnecting is None or self._reconnecting.done()):
-            self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect_loop())
 
-    async def _reconnect_loop(self) -> None:
-        backoff = Backoff(self.client.retry)
-        attempt = 0
-        began = time.monotonic()
-        while self._in(HandlerState.RECONNECTING):
-            if attempt:
-                delay = backoff.next_delay(time.monotonic(), None)
-                await asyncio.sleep(delay or 0)
-            if not self._in(HandlerState.RECONNECTING):
-                return
-            attempt += 1
-            self._set(HandlerState.CONNECTING)
-            try:
-                await self._connect()
-                return
-            except (PulsarWireError, OSError) as exc:
-                if self._in(HandlerState.RECONNECTING):
-                    # The connection went while we subscribed on it, and its close already put us
-                    # back to RECONNECTING (no new task was started: this one is still running).
-                    log.info("consumer on %s: resubscribe %d lost its connection", self.topic, attempt)
-                    continue
-                if not self._in(HandlerState.CONNECTING):
-                    return
-                stale = still_held(exc, ConsumerBusy, began, self.client.retry.operation_timeout)
-                if (
-                    not stale
-                    and isinstance(exc, PulsarWireError)
-                    and decide(exc, attempt, self.client.retry) is Decision.FAIL
-                ):
-                    self._set(HandlerState.FAILED)
-                    self.queue.put_error(exc)
-                    return
-                log.info("consumer on %s: resubscribe attempt %d failed: %s", self.topic, attempt, exc)
-                self._set(HandlerState.RECONNECTING)
+    async def _recreate(self) -> None:
+        await self._connect()
+
+    def _fail_for_good(self, exc: PulsarWireError) -> None:
+        self._set(HandlerState.FAILED)
+        self.queue.put_error(exc)
 
     # -- events from the connection ------------------------------------------------
     def _within_permits(self, messages: int) -> bool:

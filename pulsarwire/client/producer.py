@@ -49,14 +49,13 @@ from pulsarwire.proto import pb
 from pulsarwire.protocol.connection import Event, ProducerClosedByBroker, SendError, SendReceipt
 from pulsarwire.protocol.state import (
     CLOSED_AT_ONCE,
-    HANDLER_TRANSITIONS,
     STARTABLE,
     HandlerState,
-    transition,
 )
 
-from .creation import Creation, create, still_held
-from .retry import Backoff, Decision, decide
+from .creation import Creation, create
+from .handler import Handler
+from .retry import Decision, decide
 
 if TYPE_CHECKING:
     from pulsarwire.io.connection import Connection
@@ -138,7 +137,10 @@ def _fail(futures: list[asyncio.Future[MessageId]], exc: BaseException) -> None:
             f.exception()  # the error is reported to whoever awaits it; don't log "never retrieved"
 
 
-class PartitionProducer:
+class PartitionProducer(Handler):
+    KIND = "producer"
+    BUSY = ProducerBusy
+
     def __init__(self, client: AsyncClient, topic: str, partition: int, config: ProducerConfig) -> None:
         self.client = client
         self.topic = topic
@@ -164,14 +166,6 @@ class PartitionProducer:
         self._reconnecting: asyncio.Task[None] | None = None
         self._timeout_task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
-
-    # -- state ---------------------------------------------------------------------
-    def _set(self, new: HandlerState) -> None:
-        self.state = transition(HANDLER_TRANSITIONS, self.state, new, f"producer {self.topic}")
-
-    def _in(self, state: HandlerState) -> bool:
-        """State test that mypy does not narrow (the state changes across awaits)."""
-        return self.state is state
 
     @property
     def is_ready(self) -> bool:
@@ -221,58 +215,22 @@ class PartitionProducer:
             if not self._write(op):
                 return
 
-    # -- reconnect -----------------------------------------------------------------
-    def connection_closed(self, connection: Connection) -> None:
-        if connection is self.connection:
-            self._lost(f"connection to {connection.url} closed")
+    # -- reconnect (Handler) ----------------------------------------------------------
+    def _registry(self, connection: Connection) -> dict[int, Any]:
+        return connection.producers
 
-    def _lost(self, reason: str) -> None:
-        if self.state not in (HandlerState.READY, HandlerState.CONNECTING):
-            return
-        log.info("producer %s on %s: %s; reconnecting", self.name, self.topic, reason)
-        if self.connection is not None:
-            self.connection.producers.pop(self.producer_id, None)
-        if self.creating is not None:  # its awaiter sees RECONNECTING and creates again
-            self.creating.forget()
-        self.connection = None
-        self._set(HandlerState.RECONNECTING)
-        if self.creating is None and (self._reconnecting is None or self._reconnecting.done()):
-            self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect_loop())
+    def _handler_id(self) -> int:
+        return self.producer_id
 
-    async def _reconnect_loop(self) -> None:
-        backoff = Backoff(self.client.retry)
-        attempt = 0
-        began = time.monotonic()
-        while self.state is HandlerState.RECONNECTING:
-            delay = backoff.next_delay(time.monotonic(), None)
-            await asyncio.sleep(delay if delay is not None else 0)
-            if self.state is not HandlerState.RECONNECTING:
-                return
-            attempt += 1
-            self.epoch += 1
-            self._set(HandlerState.CONNECTING)
-            try:
-                await self._connect(first=False)
-                return
-            except PulsarWireError as exc:
-                decision = decide(exc, attempt, self.client.retry)
-                if self.state is HandlerState.RECONNECTING:  # its connection went meanwhile: again
-                    continue
-                if not self._in(HandlerState.CONNECTING):  # closed meanwhile
-                    return
-                stale = still_held(exc, ProducerBusy, began, self.client.retry.operation_timeout)
-                if decision is Decision.FAIL and not stale:
-                    self._give_up(exc)
-                    return
-                log.info("producer %s: reconnect attempt %d failed: %s", self.name, attempt, exc)
-                self._set(HandlerState.RECONNECTING)
-            except OSError as exc:
-                if self.state is HandlerState.RECONNECTING:
-                    continue
-                if not self._in(HandlerState.CONNECTING):
-                    return
-                log.info("producer %s: reconnect attempt %d failed: %s", self.name, attempt, exc)
-                self._set(HandlerState.RECONNECTING)
+    def _describe(self) -> str:
+        return f"producer {self.name} on {self.topic}"
+
+    async def _recreate(self) -> None:
+        self.epoch += 1
+        await self._connect(first=False)
+
+    def _fail_for_good(self, exc: PulsarWireError) -> None:
+        self._give_up(exc)
 
     def _give_up(self, exc: BaseException) -> None:
         self._error = exc
