@@ -87,6 +87,14 @@ def boolean(value: str) -> bool:
     raise GrammarError(f"expected true or false, got {show(value)}")
 
 
+def one_of(value: str, allowed: tuple[str, ...]) -> str:
+    """One of the words ``allowed`` (any case), lower-cased. Raises GrammarError."""
+    word = value.strip().lower()
+    if word not in allowed:
+        raise GrammarError(f"expected {' or '.join(allowed)}, got {show(value)}")
+    return word
+
+
 def integer(value: str, minimum: int | None = None) -> int:
     """A decimal integer, at least ``minimum``. Raises GrammarError."""
     try:
@@ -207,6 +215,12 @@ def opt_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     """The boolean option ``name`` (``default`` when absent). Raises OptionError."""
     value = options.get(name)
     return default if value is None else option_value(name, value, boolean)
+
+
+def opt_choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
+    """The option ``name``, one of the words ``allowed`` (the first when absent). Raises OptionError."""
+    value = options.get(name)
+    return allowed[0] if value is None else option_value(name, value, lambda v: one_of(v, allowed))
 
 
 def opt_int(

@@ -94,14 +94,6 @@ class SchemaDecodeError(PipelinesError):
         self.reason = reason
 
 
-def schema_mode(options: Mapping[str, str]) -> str:
-    """The ``schema`` option: ``raw`` (default) or ``auto``; raises OptionError otherwise."""
-    mode = (options.get("schema") or "raw").strip().lower()
-    if mode not in ("raw", "auto"):
-        raise OptionError("schema", f"expected raw or auto, got {options.get('schema')!r}")
-    return mode
-
-
 # -- the type tree -----------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Leaf:

@@ -63,6 +63,7 @@ from .options import (
     duration_ms,
     offsets_spec,
     opt_bool,
+    opt_choice,
     opt_int,
     option_value,
     time_ms,
@@ -120,7 +121,7 @@ def source_schema(options: Mapping[str, str]) -> StructType:
     """
     include = opt_bool(options, "includeProperties", True)
     value: Any = BinaryType()
-    if _schema_mode(options) == "auto":
+    if schema_mode(options) == "auto":
         from .schemas import value_type
 
         value = value_type(options)
@@ -145,17 +146,9 @@ def source_schema(options: Mapping[str, str]) -> StructType:
 
 
 # -- options -----------------------------------------------------------------------------
-def _schema_mode(options: Mapping[str, str]) -> str:
-    """The ``schema`` option (see :func:`pipelines.schemas.schema_mode`).
-
-    :mod:`pipelines.schemas` (pyarrow.compute, ~0.1 s) is imported only when the option is
-    given: every query start imports this module in a new Python process.
-    """
-    if options.get("schema") is None:
-        return "raw"
-    from .schemas import schema_mode
-
-    return schema_mode(options)
+def schema_mode(options: Mapping[str, str]) -> str:
+    """The ``schema`` option: ``raw`` (default) or ``auto``. Raises OptionError."""
+    return opt_choice(options, "schema", ("raw", "auto"))
 
 
 @dataclass(frozen=True)
@@ -258,7 +251,7 @@ class SourceOptions:
             receiver_queue_size=opt_int(options, "receiverQueueSize", 10_000, 1) or 10_000,
             offset_store=store,
             job=job,
-            schema_mode=_schema_mode(options),
+            schema_mode=schema_mode(options),
         )
 
 

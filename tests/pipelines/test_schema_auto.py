@@ -65,9 +65,9 @@ from pipelines.schemas import (
     json_rows,
     json_vectorized,
     parse_avro,
-    schema_mode,
     spark_type,
 )
+from pipelines.source import schema_mode
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
 from pulsarwire.client.schema import TYPE_NAMES, SchemaInfo
@@ -586,7 +586,7 @@ def test_stream_with_schema_auto(spark: Any, dedup_broker: Broker, topic_name: s
 
 def test_schema_option_values(spark: Any, dedup_broker: Broker, topic_name: str) -> None:
     assert schema_mode({}) == "raw"
-    assert schema_mode({"schema": "AUTO"}) == "auto"
+    assert schema_mode({"schema": " AUTO "}) == "auto"
     with pytest.raises(OptionError, match="schema: expected raw or auto, got 'avro'"):
         schema_mode({"schema": "avro"})
     with pytest.raises(Exception, match="expected raw or auto"):
