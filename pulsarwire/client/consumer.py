@@ -350,7 +350,7 @@ class PartitionConsumer(Handler):
     async def _recreate(self) -> None:
         await self._connect()
 
-    def _fail_for_good(self, exc: PulsarWireError) -> None:
+    def _give_up(self, exc: PulsarWireError) -> None:
         self._set(HandlerState.FAILED)
         self.queue.put_error(exc)
 

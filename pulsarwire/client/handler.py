@@ -14,7 +14,7 @@ or refused for good:
 * ProducerBusy / ConsumerBusy on a *re*-creation means the broker still holds the old one
   (it has not seen the old connection go): tried again until the operation timeout
   (:func:`~pulsarwire.client.creation.still_held`);
-* anything else ends it (:meth:`Handler._fail_for_good`: FAILED, or TERMINATED for a producer).
+* anything else ends it (:meth:`Handler._give_up`: FAILED, or TERMINATED for a producer).
 
 A connection that closes *during* a re-creation puts the handler back to RECONNECTING itself;
 the running task notices and tries again (no second task is started).
@@ -84,8 +84,8 @@ class Handler:
         """Create the handler again on a (new) connection; raises as the first creation does."""
         raise NotImplementedError
 
-    def _fail_for_good(self, exc: PulsarWireError) -> None:
-        """End the handler: the broker refused its re-creation for good."""
+    def _give_up(self, exc: PulsarWireError) -> None:
+        """End the handler: the broker refused it for good (here: its re-creation)."""
         raise NotImplementedError
 
     # -- losing the connection and getting it back -------------------------------------
@@ -135,7 +135,7 @@ class Handler:
                     and isinstance(exc, PulsarWireError)
                     and decide(exc, attempt, self.client.retry) is Decision.FAIL
                 ):
-                    self._fail_for_good(exc)
+                    self._give_up(exc)
                     return
                 log.info("%s: re-creation %d failed: %s", self._describe(), attempt, exc)
                 self._set(HandlerState.RECONNECTING)

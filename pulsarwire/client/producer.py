@@ -229,9 +229,6 @@ class PartitionProducer(Handler):
         self.epoch += 1
         await self._connect(first=False)
 
-    def _fail_for_good(self, exc: PulsarWireError) -> None:
-        self._give_up(exc)
-
     def _give_up(self, exc: BaseException) -> None:
         self._error = exc
         if self.state not in (HandlerState.CLOSING, HandlerState.CLOSED):  # a closing one just closes
