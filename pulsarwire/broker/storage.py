@@ -1,8 +1,8 @@
 """Per-topic append-only entry log, in memory and optionally on disk.
 
-An entry is what one SEND frame carried: the payload section from the 0x0e01
-magic to the end (checksum, metadata, payload), stored unchanged and sent back
-unchanged in MESSAGE frames. Entries get (ledger_id, entry_id) positions; a
+An entry is what one SEND frame carried: the payload section (the 0x0e01 magic
+and checksum when the producer sent them, metadata, payload), stored unchanged
+and sent back unchanged in MESSAGE frames. Entries get (ledger_id, entry_id) positions; a
 new ledger starts every ``entries_per_ledger`` entries and at every open, as
 Pulsar's managed ledgers do, so ids cross ledgers.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from pulsarwire.codec.frames import U32, crc32c, decode_metadata
+from pulsarwire.codec.frames import crc32c, decode_metadata, entry_layout
 from pulsarwire.proto import pb
 
 RECORD_HEAD = struct.Struct(">IIQQ")  # length, crc, ledger_id, entry_id
@@ -48,8 +48,10 @@ class Entry:
 
     @property
     def num_messages(self) -> int:
+        """Messages in the entry, at least 1 (the broker refuses other counts at publish; an entry
+        stored before that check with a count below 1 still costs one permit)."""
         md = self.metadata
-        return md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+        return max(1, md.num_messages_in_batch) if md.HasField("num_messages_in_batch") else 1
 
     @property
     def is_batch(self) -> bool:
@@ -64,9 +66,9 @@ class Entry:
 
 
 def entry_metadata(data: bytes) -> pb.MessageMetadata:
-    """Metadata of a stored entry (``data`` starts at the 0x0e01 magic)."""
-    (size,) = U32.unpack_from(data, 6)
-    return decode_metadata(data[10 : 10 + size])
+    """Metadata of a stored entry (``data`` is the entry as sent: with or without the checksum section)."""
+    _body, start, size = entry_layout(data)
+    return decode_metadata(data[start : start + size])
 
 
 def topic_dir(data_dir: Path, topic: str) -> Path:

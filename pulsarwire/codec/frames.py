@@ -3,13 +3,18 @@
 Grammar (all integers big-endian, unsigned)::
 
     frame          := total_size:u32 command_size:u32 command[command_size] payload_section?
-    payload_section:= broker_entry? 0x0e01 checksum:u32 metadata_size:u32 metadata[metadata_size] payload
+    payload_section:= broker_entry? entry
+    entry          := (0x0e01 checksum:u32)? metadata_size:u32 metadata[metadata_size] payload
     broker_entry   := 0x0e02 broker_entry_metadata_size:u32 broker_entry_metadata[..size]
 
 ``total_size`` counts every byte after itself. ``command`` is a BaseCommand,
 ``metadata`` a MessageMetadata and ``broker_entry_metadata`` a
 BrokerEntryMetadata protobuf; ``payload`` is everything left in the frame.
 ``checksum`` is CRC32C over ``metadata_size``, ``metadata`` and ``payload``.
+The checksum section is optional, as in Apache Pulsar (``Commands.hasChecksum``):
+without the 0x0e01 magic the entry starts at ``metadata_size`` and nothing is
+verified. The two layouts cannot be confused: a metadata size starting with the
+bytes 0x0e01 would be over 235 MB, past any frame.
 
 :class:`FrameDecoder` is sans-IO: feed it any chunks (a byte at a time works)
 and pull whole :class:`Frame` objects out. Every size is checked against the
@@ -133,13 +138,13 @@ def new_command(type_: int) -> tuple[pb.BaseCommand, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Payload:
-    """The payload section of a SEND or MESSAGE frame, checksum already verified."""
+    """The payload section of a SEND or MESSAGE frame, checksum (when present) already verified."""
 
     metadata: pb.MessageMetadata
     payload: bytes
     broker_entry_metadata: pb.BrokerEntryMetadata | None = None
-    #: The section from the 0x0e01 magic to the end (magic, checksum, metadata, payload):
-    #: what a broker stores as the entry and sends back in MESSAGE frames.
+    #: The entry: the section after any broker entry metadata (magic and checksum when present,
+    #: metadata, payload): what a broker stores and sends back in MESSAGE frames.
     entry: bytes = b""
 
 
@@ -248,17 +253,9 @@ def decode_payload_section(
         except (DecodeError, ValueError) as exc:
             raise BrokerEntryMetadataError(f"broker entry metadata is not valid protobuf: {exc}") from None
         pos = 6 + bem_size
-    if end - pos < 10:
-        raise BadMagicError(f"payload section of {end - pos} bytes is too short for magic, checksum and size")
-    magic, checksum = MAGIC_AND_CHECKSUM.unpack_from(view, pos)
-    if magic != MAGIC_CRC32C:
-        raise BadMagicError(f"expected magic 0x0e01, got 0x{magic:04x}")
-    body_start = pos + 6
-    (md_size,) = U32.unpack_from(view, body_start)
-    md_start = body_start + 4
-    if md_size > end - md_start:
-        raise MetadataSizeError(f"metadata size {md_size} is past the frame ({end - md_start} bytes left)")
-    if verify_checksum:
+    body_start, md_start, md_size = entry_layout(view, pos)
+    if verify_checksum and body_start > pos:
+        (checksum,) = U32.unpack_from(view, pos + 2)
         actual = crc32c(view[body_start:])
         if actual != checksum:
             mid = _message_id_of(cmd)
@@ -271,7 +268,37 @@ def decode_payload_section(
             )
     metadata = decode_metadata(bytes(view[md_start : md_start + md_size]))
     entry = bytes(view[pos:])
-    return Payload(metadata, entry[10 + md_size :], bem, entry)
+    return Payload(metadata, entry[md_start - pos + md_size :], bem, entry)
+
+
+def entry_layout(data: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int, int]:
+    """Where the parts of the entry starting at ``pos`` lie: (body start, metadata start, metadata size).
+
+    The body (what the checksum covers) starts at ``pos + 6`` after a 0x0e01 magic and checksum,
+    at ``pos`` when the entry has no checksum section. Raises BadMagicError when the bytes are
+    neither a checksum section nor a metadata size that fits, MetadataSizeError when the metadata
+    size after a checksum section is past the end.
+    """
+    end = len(data)
+    if end - pos >= 2 and U16.unpack_from(data, pos)[0] == MAGIC_CRC32C:
+        if end - pos < 10:
+            raise BadMagicError(f"payload section of {end - pos} bytes is too short for magic, checksum and size")
+        body_start = pos + 6
+        (md_size,) = U32.unpack_from(data, body_start)
+        if md_size > end - body_start - 4:
+            raise MetadataSizeError(
+                f"metadata size {md_size} is past the frame ({end - body_start - 4} bytes left)"
+            )
+        return body_start, body_start + 4, md_size
+    if end - pos < 4:
+        raise BadMagicError(f"payload section of {end - pos} bytes is too short for a metadata size")
+    (md_size,) = U32.unpack_from(data, pos)
+    if md_size > end - pos - 4:
+        raise BadMagicError(
+            f"payload section starts with neither the 0x0e01 magic nor a metadata size that fits"
+            f" (got 0x{md_size >> 16:04x}...)"
+        )
+    return pos, pos + 4, md_size
 
 
 class FrameDecoder:
