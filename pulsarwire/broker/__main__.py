@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .auth import TokenAuth
-from .server import Broker, BrokerConfig
+from .server import Broker, BrokerConfig, BrokerStartError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,7 +136,11 @@ async def _run(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    asyncio.run(_run(args))
+    try:
+        asyncio.run(_run(args))
+    except BrokerStartError as exc:
+        print(f"pulsarwire broker: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import itertools
 import json
 import logging
 import re
+import secrets
 import ssl
 import threading
 import time
@@ -27,9 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from pulsarwire.codec.batch import MIN_ENTRY_SIZE
 from pulsarwire.codec.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,
     FrameDecoder,
+    Payload,
     encode_command,
     encode_with_stored_entry,
     new_command,
@@ -48,7 +51,7 @@ from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Identity, TokenAuth
 from .faults import Faults, corrupt
 from .naming import TopicName
 from .schemas import IncompatibleSchemaError, SchemaRegistry
-from .storage import Entry, TopicLog, stored_topics
+from .storage import Entry, TopicLog, check_data_dir, stored_topics
 from .subscription import EARLIEST, KEY_HASH_RANGE, ConsumerRef, Subscription
 from .topic import ProducerRef, Topic
 from .watch import TopicWatchers, Watcher, compile_topics_pattern, pattern_matches, topics_hash
@@ -72,6 +75,10 @@ def understands_end_of_topic(client_version: str) -> bool:
     """Whether a client announcing ``client_version`` in CONNECT handles REACHED_END_OF_TOPIC."""
     m = _CPP_VERSION.match(client_version)
     return m is None or (int(m[1]), int(m[2])) > _CPP_WITHOUT_END_OF_TOPIC
+
+
+#: seconds between attempts to save cursors after a write failed (disk full, read-only...)
+RETRY_WRITE_SECONDS = 5.0
 
 
 @dataclass
@@ -99,6 +106,10 @@ class BrokerConfig:
     tls_key_file: Path | None = None
 
 
+class BrokerStartError(PulsarWireError):
+    """The broker cannot start (its data dir or address is unusable); the message says which and why."""
+
+
 class BrokerError(PulsarWireError):
     """A request the broker refuses; carries the protocol ServerError code."""
 
@@ -120,6 +131,7 @@ class Broker:
         self.topics: dict[str, Topic] = {}
         self.partitioned: dict[str, int] = {}
         self._producer_names = itertools.count()
+        self._boot_id = secrets.token_hex(3)
         self._server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -140,6 +152,7 @@ class Broker:
         self.auth_refreshes = 0
         self.auth_failures = 0
         self.corrupt_acks = 0
+        self.write_failures = 0
         self._load_metadata()
 
     # -- lifecycle ---------------------------------------------------------------
@@ -152,6 +165,15 @@ class Broker:
         return f"pulsar+ssl://{self.config.host}:{self.tls_port}" if self._tls_server is not None else None
 
     async def astart(self) -> None:
+        """Listen for clients; raises BrokerStartError when the data dir or the address is unusable."""
+        if self.config.data_dir is not None:
+            try:
+                check_data_dir(self.config.data_dir)
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+                raise BrokerStartError(
+                    f"cannot keep data in {self.config.data_dir}: {reason} (choose a writable --data-dir)"
+                ) from None
         self._loop = asyncio.get_running_loop()
         self._server = await self._loop.create_server(
             lambda: ServerConnection(self), self.config.host, self.port
@@ -221,6 +243,7 @@ class Broker:
         self.topics = {}
         self.partitioned = {}
         self._dirty_topics = set()
+        self._boot_id = secrets.token_hex(3)
         self._load_metadata()
         return self.start()
 
@@ -422,7 +445,8 @@ class Broker:
         return self.config.data_dir is not None and topic_dir(self.config.data_dir, name).exists()
 
     def new_producer_name(self) -> str:
-        return f"pulsarwire-{self.port}-{next(self._producer_names)}"
+        # The boot id keeps names unique across restarts (a name carries its deduplication state).
+        return f"pulsarwire-{self.port}-{self._boot_id}-{next(self._producer_names)}"
 
     def mark_dirty(self, topic: Topic) -> None:
         if topic.data_dir is None:
@@ -432,10 +456,27 @@ class Broker:
             self._flush_handle = self._loop.call_later(self.config.cursor_flush_seconds, self.flush_state)
 
     def flush_state(self) -> None:
+        """Write the cursors of the topics marked dirty; a topic whose write fails stays dirty and
+        is tried again at the next flush (its cursors on disk stay older: a restart redelivers)."""
         self._flush_handle = None
         dirty, self._dirty_topics = self._dirty_topics, set()
+        failed = []
         for topic in dirty:
-            topic.save_state()
+            try:
+                topic.save_state()
+            except OSError as exc:
+                self.write_failures += 1
+                log.error(
+                    "cannot save the cursors of %s (tried again in %g s): %s",
+                    topic.name,
+                    RETRY_WRITE_SECONDS,
+                    exc,
+                )
+                failed.append(topic)
+        if failed:
+            self._dirty_topics.update(failed)
+            if self._flush_handle is None and self._loop is not None:
+                self._flush_handle = self._loop.call_later(RETRY_WRITE_SECONDS, self.flush_state)
 
     def _check_end_of_topic(self, topic: Topic, sub: Subscription) -> None:
         if not topic.terminated:
@@ -816,15 +857,71 @@ class ServerConnection(asyncio.Protocol):
             self._send_error(req.producer_id, req.sequence_id, faults.fail_code, "injected failure")
             return
         md = payload.metadata
+        self._check_send(ref, req, payload)
         # As Pulsar does: an entry is a duplicate when its *first* sequence id is not above the
         # highest one stored for the producer name (a batch straddling it is dropped whole).
+        # The name is the producer registered on this connection: _check_send refused metadata
+        # naming any other, so one producer can never move another's high-water mark.
         first = min(req.sequence_id, md.sequence_id) if md.HasField("sequence_id") else req.sequence_id
         if self.broker.config.deduplication and first <= topic.last_sequence.get(ref.name, -1):
             self._receipt(req, -1, -1)
             return
-        entry = topic.append(payload.entry, md)
+        try:
+            entry = topic.append(payload.entry, md)
+        except OSError as exc:
+            # Nothing was stored. Fence the producer as Pulsar does after a failed write: its later
+            # sends are refused until it is re-created, so no gap can hide behind deduplication.
+            ref.fenced = True
+            self.broker.write_failures += 1
+            log.error("cannot store a message of %s on %s: %s", ref.name, topic.name, exc)
+            self._send_error(
+                req.producer_id, req.sequence_id, E.PersistenceError, f"cannot store the message: {exc}"
+            )
+            return
         self._receipt(req, entry.ledger_id, entry.entry_id)
         topic.dispatch_all()
+
+    def _check_send(self, ref: ProducerRef, req: pb.CommandSend, payload: Payload) -> None:
+        """Refuse a SEND an honest producer never makes (raises BrokerError NotAllowedError: the
+        clients fail that message only, as for Pulsar's own refusals of a message).
+
+        * The metadata must name the producer registered on this connection: deduplication and
+          its recovery after a restart read the producer from there.
+        * Message counts: SEND's ``num_messages`` and a batch's ``num_messages_in_batch`` at least
+          1 and equal, no more than the batch's bytes can hold (6 bytes an entry at least), and a
+          compressed batch no larger uncompressed than the largest message (consumers refuse it).
+        """
+        md = payload.metadata
+        if md.producer_name != ref.name:
+            raise BrokerError(
+                E.NotAllowedError,
+                f"message metadata names producer {md.producer_name!r}, not this producer {ref.name!r}",
+            )
+        sent = req.num_messages
+        if sent < 1:
+            raise BrokerError(E.NotAllowedError, f"SEND num_messages {sent} is below 1")
+        if not md.HasField("num_messages_in_batch"):
+            if sent != 1:
+                raise BrokerError(E.NotAllowedError, f"SEND num_messages {sent} for a single message")
+            return
+        count = md.num_messages_in_batch
+        if count != sent:
+            raise BrokerError(E.NotAllowedError, f"batch of {count} messages sent as num_messages {sent}")
+        if md.compression == pb.NONE:
+            size = len(payload.payload)
+        else:
+            size = md.uncompressed_size
+            if size > self.broker.config.max_message_size:
+                raise BrokerError(
+                    E.NotAllowedError,
+                    f"batch of {size} bytes uncompressed is over the max message size"
+                    f" {self.broker.config.max_message_size}",
+                )
+        if count * MIN_ENTRY_SIZE > size:
+            raise BrokerError(
+                E.NotAllowedError,
+                f"batch claims {count} messages, its {size} bytes hold at most {size // MIN_ENTRY_SIZE}",
+            )
 
     def _receipt(self, req: pb.CommandSend, ledger_id: int, entry_id: int) -> None:
         """Answer a stored SEND. Receipts leave in order even when a fault delays some of them."""

@@ -71,6 +71,18 @@ def entry_metadata(data: bytes) -> pb.MessageMetadata:
     return decode_metadata(data[start : start + size])
 
 
+def check_data_dir(data_dir: Path) -> None:
+    """Make sure the broker can keep data in ``data_dir``: create it and write, flush and remove a
+    probe file. Raises OSError naming the path and the reason (read-only, not a directory, full...)."""
+    probe = data_dir / ".pulsarwire-write-probe"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(probe, "wb") as f:
+        f.write(b"probe")
+        f.flush()
+        os.fsync(f.fileno())
+    probe.unlink()
+
+
 def topic_dir(data_dir: Path, topic: str) -> Path:
     return data_dir / "topics" / quote(topic, safe="")
 

@@ -407,7 +407,7 @@ class Subscription:
             if mask is not None and entry.is_batch:
                 ack_set = ack_set_for(count, _indexes(mask))
                 count = bin(mask).count("1")
-            consumer.permits -= count
+            consumer.permits = max(0, consumer.permits - count)  # a batch may exceed the permits left
             consumer.pending.add(pos)
             consumer.delivered += count
             self.pending[pos] = consumer

@@ -282,7 +282,9 @@ def entry_layout(data: bytes | bytearray | memoryview, pos: int = 0) -> tuple[in
     end = len(data)
     if end - pos >= 2 and U16.unpack_from(data, pos)[0] == MAGIC_CRC32C:
         if end - pos < 10:
-            raise BadMagicError(f"payload section of {end - pos} bytes is too short for magic, checksum and size")
+            raise BadMagicError(
+                f"payload section of {end - pos} bytes is too short for magic, checksum and size"
+            )
         body_start = pos + 6
         (md_size,) = U32.unpack_from(data, body_start)
         if md_size > end - body_start - 4:

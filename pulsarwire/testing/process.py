@@ -3,8 +3,9 @@
 ``broker_process(*args)`` starts it on a free loopback port (``--port 0``) with the given
 extra command-line arguments, waits for its ``ready on pulsar://...`` line and yields that
 URL; the broker is stopped (:func:`stop_process`: SIGTERM, then SIGKILL) when the block
-ends. Its logs go to stderr, which is discarded, and a thread keeps reading its stdout, so
-nothing can fill a pipe while it runs; a broker that prints nothing still meets the deadline.
+ends. Its logs go to stderr, which is discarded unless a file is given, and a thread keeps
+reading its stdout, so nothing can fill a pipe while it runs; a broker that prints nothing
+still meets the deadline.
 """
 
 from __future__ import annotations
@@ -24,16 +25,20 @@ READY = re.compile(r"ready on (pulsar://\S+)")
 
 @contextlib.contextmanager
 def broker_process(
-    *args: str, start_timeout: float = 30.0, preexec_fn: Callable[[], None] | None = None
+    *args: str,
+    start_timeout: float = 30.0,
+    preexec_fn: Callable[[], None] | None = None,
+    stderr: Any = subprocess.DEVNULL,
 ) -> Iterator[str]:
     """Run a broker with ``args`` while the block runs; yields its ``pulsar://`` URL.
 
-    Raises RuntimeError when it does not report ready within ``start_timeout`` seconds.
+    ``stderr`` (its log) is discarded unless given a file. Raises RuntimeError when it does not
+    report ready within ``start_timeout`` seconds.
     """
     proc = subprocess.Popen(
         [sys.executable, "-m", "pulsarwire.broker", "--port", "0", *args],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
         text=True,
         preexec_fn=preexec_fn,
     )

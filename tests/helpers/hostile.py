@@ -19,7 +19,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from pulsarwire.codec import Frame, new_command
+from pulsarwire.codec import Frame, encode_payload_command, new_command
+from pulsarwire.codec.frames import U32, encode_with_stored_entry
 from pulsarwire.proto import pb
 from pulsarwire.testing.process import broker_process
 from tests.helpers.raw import RawConnection
@@ -31,9 +32,12 @@ BYSTANDER_LIMIT = 2.0
 
 
 @contextlib.contextmanager
-def broker_url(*args: str) -> Iterator[str]:
-    """A broker process started with ``args``; yields its ``pulsar://127.0.0.1:PORT``."""
-    with broker_process("--keepalive", "60", *args) as url:
+def broker_url(*args: str, **process: Any) -> Iterator[str]:
+    """A broker process started with ``args``; yields its ``pulsar://127.0.0.1:PORT``.
+
+    ``process`` goes to :func:`~pulsarwire.testing.process.broker_process` (``preexec_fn``,
+    ``stderr``)."""
+    with broker_process("--keepalive", "60", *args, **process) as url:
         yield url
 
 
@@ -101,3 +105,43 @@ def expect_either(conn: RawConnection, *types: int, timeout: float = 5.0) -> Fra
             names = ", ".join(T.Type.Name(t) for t in types)
             raise AssertionError(f"none of {names} arrived (closed={conn.closed})")
         conn._read(max(0.01, deadline - time.monotonic()))
+
+
+def send_frame(
+    producer_id: int,
+    sequence_id: int,
+    metadata: pb.MessageMetadata,
+    payload: bytes,
+    *,
+    checksum: bool = True,
+    num_messages: int | None = None,
+) -> bytes:
+    """A SEND frame as a producer would write it; ``checksum=False`` leaves out the optional
+    0x0e01 section (as pulsar-lite and some clients do)."""
+    cmd, req = new_command(T.SEND)
+    req.producer_id = producer_id
+    req.sequence_id = sequence_id
+    if num_messages is not None:
+        req.num_messages = num_messages
+    if checksum:
+        return encode_payload_command(cmd, metadata, payload)
+    md = metadata.SerializeToString()
+    return encode_with_stored_entry(cmd, U32.pack(len(md)) + md + payload)
+
+
+def read_all(url: str, topic: str, expected: int, timeout_ms: int = 5000) -> list[bytes]:
+    """Every message of ``topic`` from the start, read with the official client; reads until
+    ``expected`` arrived, then proves nothing more comes for a moment."""
+    import pulsar
+
+    client = pulsar.Client(
+        url, operation_timeout_seconds=10, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        out = [reader.read_next(timeout_ms).data() for _ in range(expected)]
+        with contextlib.suppress(Exception):
+            out.append(reader.read_next(300).data())
+        return out
+    finally:
+        client.close()

@@ -176,12 +176,12 @@ def test_corrupt_send_is_refused_and_the_connection_goes_on(shared_broker: Broke
         cmd, p = new_command(pb.BaseCommand.PRODUCER)
         p.topic, p.producer_id, p.request_id = topic, 1, 1
         conn.send(cmd)
-        conn.expect(pb.BaseCommand.PRODUCER_SUCCESS)
+        name = conn.expect(pb.BaseCommand.PRODUCER_SUCCESS).command.producer_success.producer_name
 
         def send(seq: int, corrupt: bool) -> None:
             cmd, s = new_command(pb.BaseCommand.SEND)
             s.producer_id, s.sequence_id = 1, seq
-            md = pb.MessageMetadata(producer_name="raw", sequence_id=seq, publish_time=1)
+            md = pb.MessageMetadata(producer_name=name, sequence_id=seq, publish_time=1)
             frame = bytearray(encode_payload_command(cmd, md, b"payload"))
             if corrupt:
                 frame[-1] ^= 0xFF
