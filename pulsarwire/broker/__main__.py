@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .auth import TokenAuth
-from .server import Broker, BrokerConfig
+from .server import Broker, BrokerConfig, ListenError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +24,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="pulsarwire's single-node Apache Pulsar broker (binary protocol v21).",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--advertised-address",
+        default=None,
+        metavar="HOST",
+        help="host name clients are sent in lookups (default: --host, or this machine's name for 0.0.0.0)",
+    )
     p.add_argument(
         "--port", type=int, default=6650, help="port for pulsar:// (default 6650; 0 = any free port)"
     )
@@ -96,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 async def _run(args: argparse.Namespace) -> None:
     cfg = BrokerConfig(
         host=args.host,
+        advertised_address=args.advertised_address,
         port=args.port,
         data_dir=args.data_dir,
         max_message_size=args.max_message_size,
@@ -136,7 +143,11 @@ async def _run(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    asyncio.run(_run(args))
+    try:
+        asyncio.run(_run(args))
+    except ListenError as exc:
+        print(f"pulsarwire broker: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":
