@@ -287,13 +287,15 @@ class Subscription:
     def ack_individual(self, pos: Position, ack_set: Sequence[int] | None) -> None:
         """Acknowledge one entry, or the batch indexes whose bit is clear in ``ack_set``.
 
-        A position that is not stored (never written, trimmed, past the end) changes nothing: it
-        cannot be delivered, and recording it would hide an entry written there later.
+        A position that is not stored (never written, trimmed, past the end) is not recorded: it
+        cannot be delivered, and recording it would hide an entry written there later. (A trimmed
+        entry still out with a consumer is no longer pending.)
         """
         if self.is_acked(pos):
             return
         entry = self._entry(pos)
         if entry is None:
+            self._acked(pos)
             return
         if ack_set:
             size = entry.num_messages
