@@ -25,6 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument(
+        "--advertised-address",
+        default=None,
+        metavar="HOST",
+        help="host name clients are sent in lookups (default: --host, or this machine's name for 0.0.0.0)",
+    )
+    p.add_argument(
         "--port", type=int, default=6650, help="port for pulsar:// (default 6650; 0 = any free port)"
     )
     p.add_argument(
@@ -96,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 async def _run(args: argparse.Namespace) -> None:
     cfg = BrokerConfig(
         host=args.host,
+        advertised_address=args.advertised_address,
         port=args.port,
         data_dir=args.data_dir,
         max_message_size=args.max_message_size,
@@ -140,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_run(args))
     except BrokerStartError as exc:
         print(f"pulsarwire broker: {exc}", file=sys.stderr)
-        sys.exit(1)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

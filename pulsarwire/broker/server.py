@@ -15,11 +15,14 @@ or from the command line (``python -m pulsarwire.broker``).
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import json
 import logging
+import os
 import re
 import secrets
+import socket
 import ssl
 import threading
 import time
@@ -50,11 +53,27 @@ from pulsarwire.proto import PROTOCOL_VERSION, pb
 from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Identity, TokenAuth
 from .faults import Faults, corrupt
 from .naming import TopicName
-from .schemas import IncompatibleSchemaError, SchemaRegistry
+from .schemas import MAX_SCHEMA_SIZE, IncompatibleSchemaError, SchemaRegistry
 from .storage import Entry, TopicLog, check_data_dir, stored_topics
-from .subscription import EARLIEST, KEY_HASH_RANGE, ConsumerRef, Subscription
+from .subscription import (
+    EARLIEST,
+    MAX_HASH_RANGES_PER_CONSUMER,
+    ConsumerRef,
+    Subscription,
+    sticky_ranges_refusal,
+)
 from .topic import ProducerRef, Topic
-from .watch import TopicWatchers, Watcher, compile_topics_pattern, pattern_matches, topics_hash
+from .watch import (
+    MAX_TOPICS_PATTERN_LENGTH,
+    MAX_WATCHERS_PER_CONNECTION,
+    InvalidTopicsPattern,
+    PatternTooLong,
+    PatternUnsupported,
+    TopicWatchers,
+    Watcher,
+    compile_topics_pattern,
+    topics_hash,
+)
 
 log = logging.getLogger("pulsarwire.broker")
 
@@ -104,6 +123,13 @@ class BrokerConfig:
     tls_port: int | None = None
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    #: host name or address put in LOOKUP answers and service_url (None: see advertised_host)
+    advertised_address: str | None = None
+    #: longest topics pattern (without scheme) the broker evaluates (Pulsar: subscriptionPatternMaxLength)
+    max_topics_pattern_length: int = MAX_TOPICS_PATTERN_LENGTH
+    max_watchers_per_connection: int = MAX_WATCHERS_PER_CONNECTION
+    #: largest serialized schema accepted (Pulsar documents no cap but the message size)
+    max_schema_size: int = MAX_SCHEMA_SIZE
 
 
 class BrokerStartError(PulsarWireError):
@@ -116,6 +142,61 @@ class BrokerError(PulsarWireError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class ListenError(BrokerStartError):
+    """The broker cannot listen on its address (port taken, unknown host...)."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(f"cannot listen on {_url_host(host)}:{port}: {reason}")
+        self.host, self.port, self.reason = host, port, reason
+
+
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+
+def advertised_host(host: str, advertised_address: str | None = None) -> str:
+    """The host name a broker listening on ``host`` tells clients (LOOKUP answers, service_url).
+
+    ``advertised_address`` when given; else ``host`` when it is a specific address; for a
+    wildcard (0.0.0.0, ::) the machine's fully qualified host name, as Pulsar's default
+    advertisedAddress (InetAddress.getLocalHost().getCanonicalHostName()), or 127.0.0.1 when
+    that name does not resolve.
+    """
+    if advertised_address:
+        return advertised_address
+    if host not in _WILDCARD_HOSTS:
+        return host
+    name = socket.getfqdn()
+    try:
+        socket.getaddrinfo(name, None)
+    except OSError:
+        return "127.0.0.1"
+    return name
+
+
+def _url_host(host: str) -> str:
+    """``host`` as it goes in a URL (IPv6 addresses in brackets)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+async def _listen(
+    loop: asyncio.AbstractEventLoop, factory: Any, host: str, port: int, **kw: Any
+) -> asyncio.Server:
+    try:
+        return await loop.create_server(factory, host, port, **kw)
+    except OSError as exc:
+        if isinstance(exc, socket.gaierror):
+            reason = f"unknown host ({exc.strerror})"
+        elif exc.errno == errno.EADDRINUSE:
+            reason = "address already in use (another broker running? choose another port)"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            reason = "address not available on this machine"
+        elif exc.errno == errno.EACCES:
+            reason = "permission denied (ports below 1024 need privileges)"
+        else:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ListenError(host, port, reason) from None
 
 
 class Broker:
@@ -141,6 +222,7 @@ class Broker:
         self._dirty_topics: set[Topic] = set()
         self._tls_server: asyncio.AbstractServer | None = None
         self.tls_port = cfg.tls_port
+        self._advertised_host: str | None = None
         self.name = "standalone"
         #: set by Cluster: who owns which topic
         self.cluster: Any = None
@@ -157,15 +239,25 @@ class Broker:
 
     # -- lifecycle ---------------------------------------------------------------
     @property
+    def advertised_host(self) -> str:
+        """The host clients are told to connect to (LOOKUP answers, service_url)."""
+        if self._advertised_host is None:
+            self._advertised_host = advertised_host(self.config.host, self.config.advertised_address)
+        return self._advertised_host
+
+    @property
     def service_url(self) -> str:
-        return f"pulsar://{self.config.host}:{self.port}"
+        return f"pulsar://{_url_host(self.advertised_host)}:{self.port}"
 
     @property
     def service_url_tls(self) -> str | None:
-        return f"pulsar+ssl://{self.config.host}:{self.tls_port}" if self._tls_server is not None else None
+        if self._tls_server is None:
+            return None
+        return f"pulsar+ssl://{_url_host(self.advertised_host)}:{self.tls_port}"
 
     async def astart(self) -> None:
-        """Listen for clients; raises BrokerStartError when the data dir or the address is unusable."""
+        """Listen; raises BrokerStartError (one line: what and why) when the data dir is unusable or
+        ListenError (a BrokerStartError) when the address cannot be bound."""
         if self.config.data_dir is not None:
             try:
                 check_data_dir(self.config.data_dir)
@@ -175,19 +267,22 @@ class Broker:
                     f"cannot keep data in {self.config.data_dir}: {reason} (choose a writable --data-dir)"
                 ) from None
         self._loop = asyncio.get_running_loop()
-        self._server = await self._loop.create_server(
-            lambda: ServerConnection(self), self.config.host, self.port
-        )
+        cfg = self.config
+        self._server = await _listen(self._loop, lambda: ServerConnection(self), cfg.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         if self.tls_port is not None:
-            cfg = self.config
-            if cfg.tls_cert_file is None or cfg.tls_key_file is None:
-                raise ValueError("a TLS listener needs tls_cert_file and tls_key_file")
-            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            context.load_cert_chain(str(cfg.tls_cert_file), str(cfg.tls_key_file))
-            self._tls_server = await self._loop.create_server(
-                lambda: ServerConnection(self), cfg.host, self.tls_port, ssl=context
-            )
+            try:
+                if cfg.tls_cert_file is None or cfg.tls_key_file is None:
+                    raise ValueError("a TLS listener needs tls_cert_file and tls_key_file")
+                context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+                context.load_cert_chain(str(cfg.tls_cert_file), str(cfg.tls_key_file))
+                self._tls_server = await _listen(
+                    self._loop, lambda: ServerConnection(self), cfg.host, self.tls_port, ssl=context
+                )
+            except BaseException:
+                self._server.close()  # the plain listener must not outlive a failed start
+                self._server = None
+                raise
             self.tls_port = self._tls_server.sockets[0].getsockname()[1]
         log.info("broker listening on %s %s", self.service_url, self.service_url_tls or "")
 
@@ -265,7 +360,8 @@ class Broker:
         return self.config.data_dir / "partitioned.json" if self.config.data_dir else None
 
     def _load_metadata(self) -> None:
-        self.schemas = SchemaRegistry(self.config.data_dir)
+        cfg = self.config
+        self.schemas = SchemaRegistry(cfg.data_dir, max_schema_size=cfg.max_schema_size, fsync=cfg.fsync)
         path = self._meta_path()
         if path is not None and path.exists():
             self.partitioned = {k: int(v) for k, v in json.loads(path.read_text()).items()}
@@ -571,6 +667,10 @@ class ServerConnection(asyncio.Protocol):
                 log.warning("closing %s: %s", self.peer, exc)
                 self.close()
                 return
+            except Exception:  # the decoder's state is unknown: nothing more can be read safely
+                log.exception("closing %s: unexpected failure decoding a frame", self.peer)
+                self.close()
+                return
             if frame is None:
                 return
             try:
@@ -579,6 +679,23 @@ class ServerConnection(asyncio.Protocol):
                 self._fail_request(frame.command, exc.code, str(exc))
             except InvalidTopicName as exc:
                 self._fail_request(frame.command, E.InvalidTopicName, str(exc))
+            except Exception as exc:
+                self._fail_unexpectedly(frame.command, exc)
+
+    def _fail_unexpectedly(self, cmd: pb.BaseCommand, exc: Exception) -> None:
+        """A request failed in a way the broker did not foresee: answer that request, keep the connection.
+
+        Logged once at ERROR with the traceback (it is a broker bug or an unforeseen input); the
+        client gets the request's failure answer with the closest ServerError code.
+        """
+        name = T.Type.Name(cmd.type) if cmd.type in T.Type.values() else str(cmd.type)
+        log.error("%s from %s failed unexpectedly", name, self.peer, exc_info=exc)
+        code, message = _unexpected_failure(exc)
+        try:
+            self._fail_request(cmd, code, f"{name} failed: {message}")
+        except Exception:
+            log.exception("closing %s: cannot answer the failed %s", self.peer, name)
+            self.close()
 
     def close(self) -> None:
         if self.transport is not None:
@@ -650,14 +767,28 @@ class ServerConnection(asyncio.Protocol):
             self.send(resp)
         elif t == T.SEND:
             self._send_error(cmd.send.producer_id, cmd.send.sequence_id, code, message)
+        elif t == T.ACK and cmd.ack.HasField("request_id"):
+            resp, sub = new_command(T.ACK_RESPONSE)
+            sub.consumer_id = cmd.ack.consumer_id
+            sub.request_id = cmd.ack.request_id
+            sub.error = cast(Any, code)
+            sub.message = message
+            self.send(resp)
+        elif t in (T.GET_SCHEMA, T.GET_OR_CREATE_SCHEMA):  # as Pulsar: the schema answer carries the error
+            is_get = t == T.GET_SCHEMA
+            resp, sub = new_command(T.GET_SCHEMA_RESPONSE if is_get else T.GET_OR_CREATE_SCHEMA_RESPONSE)
+            sub.request_id = (cmd.getSchema if is_get else cmd.getOrCreateSchema).request_id
+            sub.error_code = cast(Any, code)
+            sub.error_message = message
+            self.send(resp)
         else:
             from pulsarwire.codec.frames import sub_command
 
-            request_id = getattr(sub_command(cmd), "request_id", None)
-            if request_id is not None:
-                self._error(request_id, code, message)
-            else:
-                log.warning("%s: %s", T.Type.Name(t), message)
+            req = sub_command(cmd)
+            if "request_id" in req.DESCRIPTOR.fields_by_name and req.HasField("request_id"):
+                self._error(req.request_id, code, message)
+            else:  # nothing to answer (FLOW, REDELIVER..., an ACK without receipt)
+                log.warning("%s from %s refused: %s", T.Type.Name(t), self.peer, message)
 
     # -- dispatch ------------------------------------------------------------------
     def handle(self, cmd: pb.BaseCommand, payload: Any) -> None:
@@ -1044,9 +1175,15 @@ class ServerConnection(asyncio.Protocol):
             and req.HasField("keySharedMeta")
             and meta.keySharedMode == pb.STICKY
         ):
-            ranges = [(r.start, r.end) for r in meta.hashRanges]
-            if not ranges or any(not 0 <= a <= b < KEY_HASH_RANGE for a, b in ranges):
-                raise BrokerError(E.ConsumerAssignError, f"invalid sticky hash ranges {ranges}")
+            if len(meta.hashRanges) > MAX_HASH_RANGES_PER_CONSUMER:  # refused before reading them
+                limit = MAX_HASH_RANGES_PER_CONSUMER
+                raise BrokerError(
+                    E.ConsumerAssignError, f"{len(meta.hashRanges)} hash ranges: at most {limit} per consumer"
+                )
+            ranges = sorted((r.start, r.end) for r in meta.hashRanges)
+            refusal = sticky_ranges_refusal(ranges)
+            if refusal is not None:
+                raise BrokerError(E.ConsumerAssignError, refusal)
             consumer.hash_ranges = ranges
         refusal = sub.check_hash_ranges(consumer)
         if refusal is not None:
@@ -1121,17 +1258,27 @@ class ServerConnection(asyncio.Protocol):
                 [f"{m.ledgerId}:{m.entryId}" for m in req.message_id],
                 pb.CommandAck.ValidationError.Name(req.validation_error),
             )
-        for mid in req.message_id:
-            pos = (_signed(mid.ledgerId), _signed(mid.entryId))
-            ack_set = list(mid.ack_set) or None
-            if req.ack_type == pb.CommandAck.Cumulative:
-                sub.ack_cumulative(pos, ack_set)
+        refusal = None
+        if req.ack_type == pb.CommandAck.Cumulative:
+            if len(req.message_id) != 1:  # as Pulsar: a cumulative ack names exactly one position
+                refusal = f"a cumulative ack needs one message id, got {len(req.message_id)}"
             else:
-                sub.ack_individual(pos, ack_set)
+                mid = req.message_id[0]
+                pos = (_signed(mid.ledgerId), _signed(mid.entryId))
+                refusal = sub.ack_cumulative(pos, mid.ack_set or None)
+        else:
+            for mid in req.message_id:
+                # the ack_set stays a protobuf container: only the words the entry needs are read
+                sub.ack_individual((_signed(mid.ledgerId), _signed(mid.entryId)), mid.ack_set or None)
+        if refusal is not None:
+            log.info("consumer %s on %s: ack refused: %s", req.consumer_id, topic.name, refusal)
         if req.HasField("request_id"):
             resp, s = new_command(T.ACK_RESPONSE)
             s.consumer_id = req.consumer_id
             s.request_id = req.request_id
+            if refusal is not None:
+                s.error = E.NotAllowedError
+                s.message = refusal
             self.send(resp)
         self.broker._check_end_of_topic(topic, sub)
         sub.dispatch()
@@ -1235,9 +1382,17 @@ class ServerConnection(asyncio.Protocol):
         if req.HasField("topics_pattern"):
             # As Pulsar's TopicList.filterTopics: a full match of the scheme-less pattern against
             # the scheme-less name of the (partitioned) topic, not a prefix match of the full name.
-            pattern = compile_topics_pattern(req.topics_pattern)
-            topics = [t for t in topics if pattern_matches(pattern, t)]
-            s.filtered = True
+            # A pattern the broker does not evaluate (too long, or beyond RE2) is left to the
+            # client: the whole list goes back with filtered=false, as Pulsar answers too long ones.
+            try:
+                pattern = compile_topics_pattern(req.topics_pattern, self._max_pattern_length)
+            except (PatternTooLong, PatternUnsupported) as exc:
+                log.info("%s: topics of %s not filtered by the broker: %s", self.peer, req.namespace, exc)
+            except InvalidTopicsPattern as exc:
+                raise BrokerError(E.MetadataError, f"Invalid topics pattern: {exc}") from None
+            else:
+                topics = pattern.filter(topics)
+                s.filtered = True
         digest = topics_hash(topics)
         s.topics_hash = digest
         if req.HasField("topics_hash") and req.topics_hash == digest:
@@ -1261,15 +1416,34 @@ class ServerConnection(asyncio.Protocol):
     # -- topic list watchers -------------------------------------------------------------
     def on_watch_topic_list(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.watchTopicList
-        pattern = compile_topics_pattern(req.topics_pattern)
-        topics = [t for t in self.broker_topics_in(req.namespace) if pattern_matches(pattern, t)]
-        self.broker.watchers.add(Watcher(self, req.watcher_id, req.namespace, pattern, set(topics)))
+        watchers = self.broker.watchers
+        watcher = watchers.get(self, req.watcher_id)
+        if watcher is None:  # as Pulsar: a watcher id already registered is answered again
+            limit = self.broker.config.max_watchers_per_connection
+            if watchers.count(self) >= limit:
+                raise BrokerError(
+                    E.NotAllowedError,
+                    f"Unable to create topic list watcher: {limit} watchers on this connection already",
+                )
+            try:
+                pattern = compile_topics_pattern(req.topics_pattern, self._max_pattern_length)
+            except PatternTooLong as exc:
+                raise BrokerError(E.NotAllowedError, f"Unable to create topic list watcher: {exc}") from None
+            except InvalidTopicsPattern as exc:
+                raise BrokerError(E.InvalidTopicName, f"Invalid topics pattern: {exc}") from None
+            topics = pattern.filter(self.broker_topics_in(req.namespace))
+            watcher = Watcher(self, req.watcher_id, req.namespace, pattern, set(topics))
+            watchers.add(watcher)
         resp, s = new_command(T.WATCH_TOPIC_LIST_SUCCESS)
         s.request_id = req.request_id
         s.watcher_id = req.watcher_id
-        s.topic.extend(topics)
-        s.topics_hash = topics_hash(topics)
+        s.topic.extend(sorted(watcher.topics))
+        s.topics_hash = watcher.hash()
         self.send(resp)
+
+    @property
+    def _max_pattern_length(self) -> int:
+        return self.broker.config.max_topics_pattern_length
 
     def on_watch_topic_list_close(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.watchTopicListClose
@@ -1343,3 +1517,16 @@ class ServerConnection(asyncio.Protocol):
 
 def _signed(v: int) -> int:
     return v - 2**64 if v >= 2**63 else v
+
+
+def _unexpected_failure(exc: Exception) -> tuple[int, str]:
+    """The ServerError code and message for an exception no handler foresaw."""
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ENAMETOOLONG:
+            return E.InvalidTopicName, "topic name too long for the broker's file system"
+        return E.PersistenceError, f"storage failed: {exc.strerror or exc}"
+    if isinstance(exc, RecursionError):
+        return E.UnknownError, "request nested too deep"
+    if isinstance(exc, MemoryError):
+        return E.UnknownError, "request too large"
+    return E.UnknownError, f"{type(exc).__name__}: {str(exc)[:200]}"

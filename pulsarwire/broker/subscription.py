@@ -14,12 +14,19 @@ Dispatch picks the next entry (replay first, oldest first, then new entries)
 and a consumer by subscription type: Exclusive and Failover send to the
 active consumer, Shared round-robins over consumers with permits, Key_Shared
 sends every key to the same consumer (hash ranges split evenly between the
-consumers). A Key_Shared consumer that joins while entries are delivered and
+consumers, or the STICKY ranges each consumer asked for: checked for overlaps by
+sort and sweep, looked up by bisection). A Key_Shared consumer that joins while entries are delivered and
 unacknowledged is "recently joined", as in Pulsar: until everything read
 before it joined is acknowledged it only gets those older entries, so a key
 that moves to it cannot overtake the messages still pending elsewhere. A
 consumer gets entries only while it has permits; a batch uses as many permits
 as it has unacknowledged messages.
+
+Acknowledgements are bounded by what is stored, never by what a client claims:
+an ack_set is cut to the entry's real message count, acks for positions that are
+not stored change nothing, and a cumulative ack past the last entry is refused
+(Pulsar's "Invalid mark deleted position") -- it would silently skip messages
+not yet written.
 
 Durable cursors are written to ``cursors.json`` of the topic (debounced by the
 broker); a lost update redelivers, it never skips — as Pulsar's own
@@ -28,12 +35,14 @@ rate-limited mark-delete persistence.
 
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections.abc import Callable
+import itertools
+import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pulsarwire.codec.batch import ack_set_for
 from pulsarwire.codec.hashing import murmur3_32
 from pulsarwire.proto import pb
 
@@ -42,23 +51,48 @@ from .storage import Entry, TopicLog
 Position = tuple[int, int]
 EARLIEST: Position = (-1, -1)
 KEY_HASH_RANGE = 65536
+#: Key_Shared STICKY: most hash ranges one consumer may ask for (Pulsar has no cap; 65536 slots)
+MAX_HASH_RANGES_PER_CONSUMER = 1024
 SubType = pb.CommandSubscribe.SubType
+HashRange = tuple[int, int]
 
 
-def _mask_from_ack_set(ack_set: list[int]) -> int:
-    mask = 0
-    for i, word in enumerate(ack_set):
-        mask |= (word & 0xFFFFFFFFFFFFFFFF) << (64 * i)
-    return mask
+def _mask_from_ack_set(ack_set: Sequence[int], size: int) -> int:
+    """The still-unacked bits of an ack_set for an entry of ``size`` messages.
+
+    Words past the entry and bits past its last message are ignored, so the work is bounded by
+    the stored entry, not by the length of the ack_set a client sent.
+    """
+    words = list(ack_set[: (size + 63) // 64])
+    mask = int.from_bytes(struct.pack(f"<{len(words)}Q", *(w & 0xFFFFFFFFFFFFFFFF for w in words)), "little")
+    return mask & ((1 << size) - 1)
 
 
-def _indexes(mask: int) -> list[int]:
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
+def _ack_set_from_mask(mask: int, size: int) -> list[int]:
+    """The ack_set (signed 64-bit words, bit set = unacked) of ``mask`` for an entry of ``size`` messages."""
+    n = (size + 63) // 64
+    return list(struct.unpack(f"<{n}q", mask.to_bytes(8 * n, "little")))
+
+
+def sticky_ranges_refusal(ranges: Sequence[HashRange]) -> str | None:
+    """Why one consumer's STICKY hash ranges are refused (None when they are fine).
+
+    As Pulsar: at least one range, each inside [0, 65535] with start <= end, and none overlapping
+    another of the same consumer (sort and sweep, O(n log n)); at most MAX_HASH_RANGES_PER_CONSUMER.
+    """
+    if not ranges:
+        return "Ranges for KeyShared policy must not be empty"
+    if len(ranges) > MAX_HASH_RANGES_PER_CONSUMER:
+        return f"{len(ranges)} hash ranges: at most {MAX_HASH_RANGES_PER_CONSUMER} per consumer"
+    for start, end in ranges:
+        if not 0 <= start <= end < KEY_HASH_RANGE:
+            return f"invalid hash range [{start}, {end}]: ranges must be within [0, {KEY_HASH_RANGE - 1}]"
+    ordered = sorted(ranges)
+    for (a_start, a_end), (b_start, b_end) in itertools.pairwise(ordered):
+        if b_start <= a_end:
+            overlap = f"[{a_start}, {a_end}] and [{b_start}, {b_end}]"
+            return f"Ranges for KeyShared policy with overlap between {overlap}"
+    return None
 
 
 class Sender(Protocol):
@@ -81,11 +115,8 @@ class ConsumerRef:
     pending: set[Position] = field(default_factory=set)
     delivered: int = 0
     connected: bool = True
-    #: Key_Shared STICKY: the inclusive hash ranges this consumer owns (None: auto-split)
-    hash_ranges: list[tuple[int, int]] | None = None
-
-    def owns(self, slot: int) -> bool:
-        return any(start <= slot <= end for start, end in self.hash_ranges or ())
+    #: Key_Shared STICKY: the inclusive hash ranges this consumer owns, sorted (None: auto-split)
+    hash_ranges: list[HashRange] | None = None
 
 
 class Subscription:
@@ -118,6 +149,9 @@ class Subscription:
         self._active: ConsumerRef | None = None
         #: Key_Shared consumers that joined with entries in flight -> the last entry read then
         self._recently_joined: dict[ConsumerRef, Position] = {}
+        #: Key_Shared STICKY: every consumer's ranges as (start, end, consumer), sorted by start
+        self._sticky: list[tuple[int, int, ConsumerRef]] = []
+        self._sticky_starts: list[int] = []
         self._on_change = on_change or (lambda: None)
         self.msg_out = 0
 
@@ -141,27 +175,49 @@ class Subscription:
         return pos <= self.mark_delete or pos in self.acked
 
     def check_hash_ranges(self, consumer: ConsumerRef) -> str | None:
-        """Why ``consumer`` cannot join a Key_Shared subscription (None when it can)."""
+        """Why ``consumer`` cannot join a Key_Shared subscription (None when it can).
+
+        Its own ranges are checked by :func:`sticky_ranges_refusal`; here each is looked up among
+        the connected consumers' (disjoint, sorted) ranges by bisection: O(m log n).
+        """
         if self.sub_type != SubType.Key_Shared or not self.consumers:
             return None
         if (consumer.hash_ranges is None) != (self.consumers[0].hash_ranges is None):
             return "Key_Shared mode (auto-split or sticky) differs from the connected consumers"
         for start, end in consumer.hash_ranges or ():
-            for other in self.consumers:
-                for o_start, o_end in other.hash_ranges or ():
-                    if start <= o_end and o_start <= end:
-                        return f"hash range [{start}, {end}] overlaps [{o_start}, {o_end}] of {other.name}"
+            found = self._sticky_at_or_before(end)
+            if found is not None and found[1] >= start:
+                o_start, o_end, other = found
+                overlap = f"[{start}, {end}] overlaps [{o_start}, {o_end}]"
+                return f"Range conflict with consumer {other.name}: {overlap}"
         return None
+
+    def _sticky_at_or_before(self, slot: int) -> tuple[int, int, ConsumerRef] | None:
+        """The STICKY range with the greatest start <= ``slot`` (the only one that may contain it)."""
+        i = bisect.bisect_right(self._sticky_starts, slot) - 1
+        return self._sticky[i] if i >= 0 else None
+
+    def _index_sticky(self) -> None:
+        # Each consumer's ranges are sorted runs: timsort merges them in O(n log k).
+        self._sticky = sorted(
+            ((start, end, c) for c in self.consumers for start, end in c.hash_ranges or ()),
+            key=lambda r: r[0],
+        )
+        self._sticky_starts = [r[0] for r in self._sticky]
 
     def add_consumer(self, consumer: ConsumerRef) -> None:
         if self.sub_type == SubType.Key_Shared and self.consumers and self.read_pos > self.mark_delete:
             self._recently_joined[consumer] = self.read_pos
         self.consumers.append(consumer)
+        if consumer.hash_ranges is not None:
+            self._index_sticky()
         self._update_active()
 
     def remove_consumer(self, consumer: ConsumerRef) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+            if consumer.hash_ranges is not None:
+                self._index_sticky()
         consumer.connected = False
         self._recently_joined.pop(consumer, None)
         if len(self.consumers) <= 1:
@@ -215,7 +271,11 @@ class Subscription:
         heapq.heappush(self.replay, pos)
         self._replay_set.add(pos)
 
-    def redeliver(self, consumer: ConsumerRef, positions: list[Position] | None) -> None:
+    def redeliver(self, consumer: ConsumerRef, positions: Sequence[Position] | None) -> None:
+        """Deliver again ``positions`` (all of the consumer's unacked ones when None).
+
+        Positions the consumer does not hold are ignored (a set lookup each).
+        """
         targets = (
             list(consumer.pending) if positions is None else [p for p in positions if p in consumer.pending]
         )
@@ -224,33 +284,53 @@ class Subscription:
         self.dispatch()
 
     # -- acknowledgements ---------------------------------------------------------
-    def ack_individual(self, pos: Position, ack_set: list[int] | None) -> None:
+    def ack_individual(self, pos: Position, ack_set: Sequence[int] | None) -> None:
+        """Acknowledge one entry, or the batch indexes whose bit is clear in ``ack_set``.
+
+        A position that is not stored (never written, trimmed, past the end) is not recorded: it
+        cannot be delivered, and recording it would hide an entry written there later. (A trimmed
+        entry still out with a consumer is no longer pending.)
+        """
         if self.is_acked(pos):
             return
+        entry = self._entry(pos)
+        if entry is None:
+            self._acked(pos)
+            return
         if ack_set:
-            entry = self._entry(pos)
-            size = entry.num_messages if entry is not None else 64 * len(ack_set)
+            size = entry.num_messages
             full = (1 << size) - 1
-            remaining = self.batch_acks.get(pos, full) & _mask_from_ack_set(ack_set)
+            before = self.batch_acks.get(pos, full)
+            remaining = before & _mask_from_ack_set(ack_set, size)
             if remaining:
-                self.batch_acks[pos] = remaining
-                self._on_change()
+                if remaining != before:
+                    self.batch_acks[pos] = remaining
+                    self._on_change()
                 return
         self._acked(pos)
         self.acked.add(pos)
         self._advance_mark_delete()
         self._on_change()
 
-    def ack_cumulative(self, pos: Position, ack_set: list[int] | None) -> None:
+    def ack_cumulative(self, pos: Position, ack_set: Sequence[int] | None) -> str | None:
+        """Acknowledge everything up to ``pos`` (its batch indexes per ``ack_set``); the refusal, if any.
+
+        As Pulsar's ManagedCursor: a position past the last entry is an "Invalid mark deleted
+        position" and changes nothing -- moving the cursor there would skip future messages.
+        """
+        last = self.log.last_position
+        if pos > last:
+            return f"Invalid mark deleted position {pos[0]}:{pos[1]}: the last entry is {last[0]}:{last[1]}"
         if ack_set:
             # Everything before this entry is acked; the entry itself only partly.
             idx = self.log.index_at_or_after(pos)
             prev = self.log.entries[idx - 1].position if idx > 0 else EARLIEST
             self._cumulative_to(prev)
             self.ack_individual(pos, ack_set)
-            return
+            return None
         self._cumulative_to(pos)
         self._on_change()
+        return None
 
     def _cumulative_to(self, pos: Position) -> None:
         if pos <= self.mark_delete:
@@ -322,7 +402,8 @@ class Subscription:
         if self.sub_type == SubType.Key_Shared:
             slot = murmur3_32(entry.key) % KEY_HASH_RANGE
             if self.consumers[0].hash_ranges is not None:  # STICKY: the consumer owning the slot, if any
-                owner = next((c for c in self.consumers if c.owns(slot)), None)
+                found = self._sticky_at_or_before(slot)
+                owner = found[2] if found is not None and found[1] >= slot else None
                 return owner if owner is not None and owner.permits > 0 else None
             ordered = self._sorted_for_failover()
             c = ordered[slot * len(ordered) // KEY_HASH_RANGE]
@@ -405,8 +486,8 @@ class Subscription:
             ack_set = None
             count = entry.num_messages
             if mask is not None and entry.is_batch:
-                ack_set = ack_set_for(count, _indexes(mask))
-                count = bin(mask).count("1")
+                ack_set = _ack_set_from_mask(mask, count)
+                count = mask.bit_count()
             consumer.permits = max(0, consumer.permits - count)  # a batch may exceed the permits left
             consumer.pending.add(pos)
             consumer.delivered += count
