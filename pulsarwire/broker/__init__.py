@@ -5,9 +5,10 @@
 
 from __future__ import annotations
 
-from .auth import TokenAuth, make_jwt
+from .auth import TokenAuth
+from .authz import Grant, Grants
 from .cluster import Cluster
 from .faults import Faults
 from .server import Broker, BrokerConfig
 
-__all__ = ["Broker", "BrokerConfig", "Cluster", "Faults", "TokenAuth", "make_jwt"]
+__all__ = ["Broker", "BrokerConfig", "Cluster", "Faults", "Grant", "Grants", "TokenAuth"]

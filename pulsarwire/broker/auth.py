@@ -1,49 +1,142 @@
-"""Token authentication for the broker: static token lists and JWT (HS256) tokens.
+"""Token authentication for the broker: JWTs (verified with PyJWT) and static token lists.
 
-A client sends ``auth_method_name = "token"`` and the token as ``auth_data``
-in CONNECT (and again in AUTH_RESPONSE when challenged). :class:`TokenAuth`
-decides whether a token is valid now and when it stops being valid, so the
-connection can send AUTH_CHALLENGE at that moment and expect a fresh token.
+A client sends ``auth_method_name = "token"`` and the token as ``auth_data`` in CONNECT (and
+again in AUTH_RESPONSE when challenged). :class:`TokenAuth` decides whether a token is valid
+now and until when, so the connection can send AUTH_CHALLENGE at that moment and expect a
+fresh token.
 
-JWTs are checked with the standard library's HMAC-SHA256 (the only algorithm
-accepted, as a broker configured with a secret key accepts); the ``sub``
-claim is the role, ``exp`` (seconds since the epoch) the expiry.
+JWTs are checked as Apache Pulsar's ``AuthenticationProviderToken`` does:
+
+* the broker holds either a secret key (HS256/HS384/HS512 tokens) or a public key (RSA: RS*/PS*
+  tokens; EC: the ES* algorithm of its curve). Only the algorithms of the key's kind are
+  accepted, so a broker with an RSA public key never accepts an HS256 token "signed" with that
+  public key (algorithm confusion);
+* the role is the ``sub`` claim (Pulsar's default ``tokenAuthClaim``); ``exp`` and ``nbf`` are
+  honoured (no clock skew, as Pulsar's default); ``aud`` is not checked (Pulsar checks it only
+  when ``tokenAudienceClaim`` is configured, which this broker does not offer);
+* a secret key shorter than 256 bits is refused at start, as Pulsar (``Keys.hmacShaKeyFor``) does.
+
+Keys are given as Pulsar's ``tokenSecretKey`` / ``tokenPublicKey`` settings are (:func:`read_key`,
+as ``AuthTokenUtils.readKeyFromUrl``): a ``data:`` URL (``data:;base64,...``), a ``file:`` URL, the
+path of an existing file (its bytes exactly as stored: nothing is stripped, so a key ending in a
+newline byte stays that key), or the key itself in base64. Public keys are X.509
+SubjectPublicKeyInfo, DER as Pulsar writes them (``pulsar tokens create-key-pair``) or PEM.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
-import json
+import binascii
+import re
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from pulsarwire.errors import AuthenticationError
+import jwt
+
+from pulsarwire.errors import AuthenticationError, PulsarWireError
 
 #: What Pulsar's broker sends as challenge data to ask for a refreshed credential.
 REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
 TOKEN_METHOD = "token"
+#: Pulsar refuses HMAC keys shorter than this (JJWT's ``Keys.hmacShaKeyFor``: 256 bits for HS256).
+MIN_SECRET_BYTES = 32
+HMAC_ALGORITHMS = ("HS256", "HS384", "HS512")
+RSA_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
+EC_ALGORITHMS = {"secp256r1": ("ES256",), "secp384r1": ("ES384",), "secp521r1": ("ES512",)}
+
+#: ``data:[<mediatype>][;charset=...][;base64],<data>`` (as Pulsar's DataURLStreamHandler).
+_DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?:;charset=[^;,]+)?(?P<b64>;base64)?,(?P<data>.*)", re.S)
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\-_\s]+")
+#: Specs that can only mean a file: a missing one is reported as such, not decoded as base64.
+_PATH_PREFIXES = ("/", "./", "../", "~")
+# Claims checked here against the caller's clock (``now``) rather than by PyJWT's own clock.
+_DECODE_OPTIONS: Any = {
+    "verify_signature": True,
+    "verify_exp": False,
+    "verify_nbf": False,
+    "verify_iat": False,
+    "verify_aud": False,
+    "verify_iss": False,
+    "verify_sub": False,
+    "verify_jti": False,
+}
 
 
-def _b64url_decode(part: str) -> bytes:
-    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+class TokenKeyError(PulsarWireError, ValueError):
+    """A token key that cannot be read or used (missing file, not base64, not a public key...)."""
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+def read_key(spec: str) -> bytes:
+    """The key bytes a Pulsar ``tokenSecretKey`` / ``tokenPublicKey`` setting names; raises TokenKeyError.
+
+    ``data:`` URL, ``file:`` URL, path of an existing file (bytes as stored), else base64. Unlike
+    Pulsar, a spec starting like a path (``/``, ``./``, ``../``, ``~``) that names no file is reported
+    as a missing file rather than decoded as base64.
+    """
+    if spec.startswith("data:"):
+        m = _DATA_URL.fullmatch(spec)
+        if m is None:
+            raise TokenKeyError("the data: URL is not data:[<type>][;base64],<data>")
+        if not m["b64"]:
+            return urllib.parse.unquote_to_bytes(m["data"])
+        return _b64decode(m["data"], "the data: URL's content")
+    if spec.startswith("file:"):
+        parsed = urllib.parse.urlparse(spec)
+        return _read_file(urllib.parse.unquote(parsed.path or parsed.netloc))
+    if spec and Path(spec).expanduser().is_file():
+        return _read_file(str(Path(spec).expanduser()))
+    if spec.startswith(_PATH_PREFIXES):
+        raise TokenKeyError(
+            f"no key file {spec} (a base64 key that starts with '/' is given as data:;base64,<key>)"
+        )
+    if not spec or not _BASE64.fullmatch(spec):
+        raise TokenKeyError("the key is not a file, a data: or file: URL, nor base64")
+    return _b64decode(spec, "the key (not an existing file, so read as base64)")
 
 
-def make_jwt(secret: bytes, subject: str, expires_at: float | None = None) -> str:
-    """Create an HS256 JWT (for tests and the token tooling)."""
-    header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
-    claims: dict[str, object] = {"sub": subject}
-    if expires_at is not None:
-        claims["exp"] = int(expires_at)
-    body = _b64url(json.dumps(claims, separators=(",", ":")).encode())
-    signing_input = f"{header}.{body}".encode()
-    sig = hmac.new(secret, signing_input, hashlib.sha256).digest()
-    return f"{header}.{body}.{_b64url(sig)}"
+def _read_file(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise TokenKeyError(f"cannot read the key file {path}: {exc.strerror or exc}") from None
+
+
+def _b64decode(text: str, what: str) -> bytes:
+    compact = re.sub(r"\s+", "", text)
+    try:
+        if "-" in compact or "_" in compact:
+            return base64.urlsafe_b64decode(compact + "=" * (-len(compact) % 4))
+        return base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise TokenKeyError(f"{what} is not valid base64") from None
+
+
+def load_public_key(data: bytes) -> tuple[Any, tuple[str, ...]]:
+    """A DER or PEM public key and the JWT algorithms it verifies; raises TokenKeyError."""
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ec, rsa
+        from cryptography.hazmat.primitives.serialization import load_der_public_key, load_pem_public_key
+    except ImportError:
+        raise TokenKeyError(
+            "RS256/ES256 token keys need the 'cryptography' package: pip install 'pulsarwire[crypto]'"
+        ) from None
+    try:
+        key = (
+            load_pem_public_key(data)
+            if data.lstrip().startswith(b"-----BEGIN")
+            else load_der_public_key(data)
+        )
+    except (ValueError, TypeError) as exc:
+        raise TokenKeyError(f"the public key is not an X.509 public key in DER or PEM: {exc}") from None
+    if isinstance(key, rsa.RSAPublicKey):
+        return key, RSA_ALGORITHMS
+    if isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name in EC_ALGORITHMS:
+        return key, EC_ALGORITHMS[key.curve.name]
+    raise TokenKeyError(
+        f"unsupported public key type {type(key).__name__} (use an RSA or EC P-256/384/521 key)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,24 +147,46 @@ class Identity:
 
 @dataclass
 class TokenAuth:
-    """Validates tokens: ``secret`` for HS256 JWTs, ``tokens`` for a fixed list (token → role)."""
+    """Validates tokens: JWTs with ``secret`` (HMAC) or ``public_key`` (DER/PEM bytes), and/or
+    a fixed list ``tokens`` (token -> role). Raises TokenKeyError for an unusable key."""
 
-    secret: bytes | None = None
-    tokens: dict[str, str] = field(default_factory=dict)
+    secret: bytes | None = field(default=None, repr=False)  # never in a repr or a log line
+    tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    public_key: bytes | None = None
+    _key: Any = field(init=False, repr=False, default=None)
+    _algorithms: tuple[str, ...] = field(init=False, repr=False, default=())
+
+    def __post_init__(self) -> None:
+        if self.secret is not None and self.public_key is not None:
+            raise TokenKeyError("give a token secret key or a public key, not both")
+        if self.secret is not None:
+            if len(self.secret) < MIN_SECRET_BYTES:
+                raise TokenKeyError(
+                    f"the token secret key is {len(self.secret)} bytes; at least {MIN_SECRET_BYTES}"
+                    " (256 bits) are needed, as Pulsar requires for HS256"
+                )
+            self._key, self._algorithms = self.secret, HMAC_ALGORITHMS
+        elif self.public_key is not None:
+            self._key, self._algorithms = load_public_key(self.public_key)
 
     @classmethod
-    def from_files(cls, secret: str | None = None, tokens_file: str | Path | None = None) -> TokenAuth:
-        """``secret`` is the key itself or ``file:PATH``; the tokens file has one ``token [role]`` a line."""
-        key: bytes | None = None
-        if secret is not None:
-            key = Path(secret[5:]).read_bytes().strip() if secret.startswith("file:") else secret.encode()
+    def from_tokens_file(cls, path: str | Path) -> TokenAuth:
+        """A fixed token list: one ``token [role]`` a line (``#`` comments); raises TokenKeyError."""
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise TokenKeyError(f"cannot read the tokens file {path}: {exc.strerror or exc}") from None
         tokens: dict[str, str] = {}
-        if tokens_file is not None:
-            for line in Path(tokens_file).read_text().splitlines():
-                parts = line.split()
-                if parts and not parts[0].startswith("#"):
-                    tokens[parts[0]] = parts[1] if len(parts) > 1 else parts[0][:16]
-        return cls(key, tokens)
+        for line in text.splitlines():
+            parts = line.split()
+            if parts and not parts[0].startswith("#"):
+                tokens[parts[0]] = parts[1] if len(parts) > 1 else parts[0][:16]
+        return cls(tokens=tokens)
+
+    @property
+    def algorithms(self) -> tuple[str, ...]:
+        """The JWT algorithms accepted (empty: JWTs are not accepted, only listed tokens)."""
+        return self._algorithms
 
     def authenticate(self, method: str, data: bytes, now: float) -> Identity:
         """Return the identity for a credential; raises AuthenticationError."""
@@ -82,32 +197,40 @@ class TokenAuth:
             token = token[6:]
         if token in self.tokens:
             return Identity(self.tokens[token], None)
-        if self.secret is None:
+        if not self._algorithms:
             raise AuthenticationError("unknown token")
         return self._verify_jwt(token, now)
 
     def _verify_jwt(self, token: str, now: float) -> Identity:
-        parts = token.split(".")
-        if len(parts) != 3:
-            raise AuthenticationError("token is not a JWT")
         try:
-            header = json.loads(_b64url_decode(parts[0]))
-            claims = json.loads(_b64url_decode(parts[1]))
-            signature = _b64url_decode(parts[2])
-        except (ValueError, UnicodeDecodeError):
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError:
             raise AuthenticationError("token is not a well-formed JWT") from None
-        if not isinstance(header, dict) or header.get("alg") != "HS256" or not isinstance(claims, dict):
-            raise AuthenticationError("only HS256 JWTs are accepted")
-        assert self.secret is not None
-        expected = hmac.new(self.secret, f"{parts[0]}.{parts[1]}".encode(), hashlib.sha256).digest()
-        if not hmac.compare_digest(expected, signature):
-            raise AuthenticationError("token signature does not verify")
-        exp = claims.get("exp")
-        if exp is not None and not isinstance(exp, int | float):
-            raise AuthenticationError("token 'exp' claim is not a number")
+        alg = header.get("alg")
+        if alg not in self._algorithms:
+            raise AuthenticationError(f"token algorithm {alg!r} is not accepted by this broker")
+        try:
+            claims = jwt.decode(token, self._key, algorithms=[alg], options=_DECODE_OPTIONS)
+        except jwt.InvalidSignatureError:
+            raise AuthenticationError("token signature does not verify") from None
+        except jwt.PyJWTError as exc:
+            raise AuthenticationError(f"token is not valid: {exc}") from None
+        exp = _time_claim(claims, "exp")
         if exp is not None and exp <= now:
             raise AuthenticationError("token has expired")
+        nbf = _time_claim(claims, "nbf")
+        if nbf is not None and nbf > now:
+            raise AuthenticationError("token is not valid yet (nbf)")
         role = claims.get("sub")
-        if not isinstance(role, str):
+        if not isinstance(role, str) or not role:
             raise AuthenticationError("token has no 'sub' role")
-        return Identity(role, float(exp) if exp is not None else None)
+        return Identity(role, exp)
+
+
+def _time_claim(claims: dict[str, Any], name: str) -> float | None:
+    value = claims.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise AuthenticationError(f"token {name!r} claim is not a number")
+    return float(value)

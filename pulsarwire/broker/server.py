@@ -27,7 +27,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -51,6 +51,7 @@ from pulsarwire.errors import (
 from pulsarwire.proto import PROTOCOL_VERSION, pb
 
 from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Identity, TokenAuth
+from .authz import CONSUME, LOOKUP, PRODUCE, Action, Grants
 from .faults import Faults, corrupt
 from .naming import TopicName
 from .schemas import MAX_SCHEMA_SIZE, IncompatibleSchemaError, SchemaRegistry
@@ -113,10 +114,14 @@ class BrokerConfig:
     fsync: bool = False
     keepalive_seconds: float = 30.0
     cursor_flush_seconds: float = 0.1
-    #: token authentication (None: every client is accepted)
+    #: token authentication (None: every client is accepted and nothing is authorized)
     auth: TokenAuth | None = None
-    #: role -> namespaces ("tenant/ns", or "*") it may produce to / consume from; None: no authorization
-    authorization: dict[str, list[str]] | None = None
+    #: who may produce / consume where, consulted when ``auth`` is on (then no grant: only superusers act)
+    grants: Grants = field(default_factory=Grants)
+    #: seconds a connection has to complete CONNECT (the official clients' own connection timeout is 10 s)
+    connect_timeout: float = 10.0
+    #: concurrent connections accepted; 0 = no limit (Pulsar's brokerMaxConnections default)
+    max_connections: int = 0
     #: seconds a client has to answer AUTH_CHALLENGE with a fresh credential
     auth_challenge_timeout: float = 10.0
     #: TLS listener (pulsar+ssl://): port (0 = any free port) and PEM files
@@ -233,6 +238,7 @@ class Broker:
         self.lookups_redirected = 0
         self.auth_refreshes = 0
         self.auth_failures = 0
+        self.connections_refused = 0
         self.corrupt_acks = 0
         self.write_failures = 0
         self._load_metadata()
@@ -277,7 +283,12 @@ class Broker:
                 context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
                 context.load_cert_chain(str(cfg.tls_cert_file), str(cfg.tls_key_file))
                 self._tls_server = await _listen(
-                    self._loop, lambda: ServerConnection(self), cfg.host, self.tls_port, ssl=context
+                    self._loop,
+                    lambda: ServerConnection(self),
+                    cfg.host,
+                    self.tls_port,
+                    ssl=context,
+                    ssl_handshake_timeout=cfg.connect_timeout,
                 )
             except BaseException:
                 self._server.close()  # the plain listener must not outlive a failed start
@@ -606,6 +617,7 @@ class ServerConnection(asyncio.Protocol):
         self._keepalive: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
         self._auth_deadline: asyncio.TimerHandle | None = None
+        self._connect_deadline: asyncio.TimerHandle | None = None
         #: receipts held back by a delay fault: (release time, send, ledger, entry), in order
         self._held_receipts: deque[tuple[float, pb.CommandSend, int, int]] = deque()
 
@@ -613,9 +625,29 @@ class ServerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.peer = str(transport.get_extra_info("peername"))
+        cfg = self.broker.config
+        if cfg.max_connections and len(self.broker.connections) >= cfg.max_connections:
+            # As Pulsar's brokerMaxConnections: ERROR NotAllowedError (request id -1), then close.
+            self.broker.connections_refused += 1
+            log.warning(
+                "refusing %s: reached the maximum number of connections (%d)", self.peer, cfg.max_connections
+            )
+            self._error(2**64 - 1, E.NotAllowedError, "Reached the maximum number of connections")
+            self.close()
+            return
         self.broker.connections.add(self)
         self.broker.connections_accepted += 1
         self._schedule_keepalive()
+        # A fixed deadline from the accept: frames (PING) or trickled bytes do not extend it.
+        self._connect_deadline = asyncio.get_running_loop().call_later(
+            cfg.connect_timeout, self._connect_timed_out
+        )
+
+    def _connect_timed_out(self) -> None:
+        self._connect_deadline = None
+        if self.transport is not None and not self.connected:
+            log.info("closing %s: no CONNECT within %g s", self.peer, self.broker.config.connect_timeout)
+            self.close()
 
     def _schedule_keepalive(self) -> None:
         loop = asyncio.get_running_loop()
@@ -638,7 +670,7 @@ class ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.broker.connections.discard(self)
         self.broker.watchers.remove(self)
-        for timer in (self._keepalive, self._auth_timer, self._auth_deadline):
+        for timer in (self._keepalive, self._auth_timer, self._auth_deadline, self._connect_deadline):
             if timer is not None:
                 timer.cancel()
         for p in list(self.producers.values()):
@@ -797,6 +829,11 @@ class ServerConnection(asyncio.Protocol):
             log.warning("command %s before CONNECT from %s", T.Type.Name(t), self.peer)
             self.close()
             return
+        if self.connected and t == T.CONNECT:
+            # Pulsar: handleConnect's checkArgument(state == Start) fails and the connection closes.
+            log.warning("closing %s: a second CONNECT on the connection", self.peer)
+            self.close()
+            return
         handler = self._HANDLERS.get(t)
         if handler is None:
             raise BrokerError(E.NotAllowedError, f"{T.Type.Name(t)} is not supported by this broker")
@@ -806,15 +843,20 @@ class ServerConnection(asyncio.Protocol):
         c = cmd.connect
         self.protocol_version = min(c.protocol_version, PROTOCOL_VERSION)
         self.end_of_topic_notices = understands_end_of_topic(c.client_version)
-        if self.broker.config.auth is not None:
+        auth = self.broker.config.auth
+        if auth is not None:
             try:
-                self._authenticate(c.auth_method_name, c.auth_data)
+                identity = auth.authenticate(c.auth_method_name, c.auth_data, time.time())
             except AuthenticationError as exc:
                 self.broker.auth_failures += 1
                 log.info("authentication failed for %s: %s", self.peer, exc)
                 self._error(2**64 - 1, E.AuthenticationError, str(exc))  # request id -1, as Pulsar
                 self.close()
                 return
+            self._set_identity(identity)
+        if self._connect_deadline is not None:
+            self._connect_deadline.cancel()
+            self._connect_deadline = None
         resp, sub = new_command(T.CONNECTED)
         sub.server_version = SERVER_VERSION
         sub.protocol_version = self.protocol_version
@@ -825,9 +867,9 @@ class ServerConnection(asyncio.Protocol):
         self.connected = True
         self.send(resp)
 
-    def _authenticate(self, method: str, data: bytes) -> None:
-        auth = cast(TokenAuth, self.broker.config.auth)
-        self.identity = auth.authenticate(method, data, time.time())
+    def _set_identity(self, identity: Identity) -> None:
+        """Take ``identity`` (CONNECT, or a refresh of the same role); challenge it when it expires."""
+        self.identity = identity
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
@@ -859,24 +901,46 @@ class ServerConnection(asyncio.Protocol):
         if self._auth_deadline is not None:
             self._auth_deadline.cancel()
             self._auth_deadline = None
+        auth = self.broker.config.auth
         try:
-            self._authenticate(r.auth_method_name or TOKEN_METHOD, r.auth_data)
+            if auth is None:
+                raise AuthenticationError("authentication is not enabled on this broker")
+            identity = auth.authenticate(r.auth_method_name or TOKEN_METHOD, r.auth_data, time.time())
         except AuthenticationError as exc:
             log.info("closing %s: refreshed credential refused: %s", self.peer, exc)
             self._error(2**64 - 1, E.AuthenticationError, str(exc))  # request id -1, as Pulsar
             self.close()
             return
+        if self.identity is not None and identity.role != self.identity.role:
+            # As Pulsar ("Principal cannot change during an authentication refresh"): close, no answer.
+            log.warning(
+                "closing %s: the role cannot change on a connection (%r, then %r)",
+                self.peer,
+                self.identity.role,
+                identity.role,
+            )
+            self.close()
+            return
+        self._set_identity(identity)
         self.broker.auth_refreshes += 1
 
-    def _authorize(self, name: str) -> None:
-        rules = self.broker.config.authorization
-        if rules is None or self.broker.config.auth is None:
+    def _authorize(self, name: str, needs: frozenset[Action]) -> None:
+        """Refuse a command on topic ``name`` (AuthorizationError) unless the role holds one of ``needs``."""
+        self._authorize_namespace(TopicName.parse(name).namespace_name, needs, name)
+
+    def _authorize_namespace(self, namespace: str, needs: frozenset[Action], target: str = "") -> None:
+        """Refuse (AuthorizationError) unless the role holds one of ``needs`` on ``namespace``.
+
+        Nothing is checked without authentication; with it, only grants and superusers count.
+        """
+        if self.broker.config.auth is None:
             return
-        role = self.identity.role if self.identity else ""
-        namespace = TopicName.parse(name).namespace_name
-        allowed = rules.get(role, [])
-        if "*" not in allowed and namespace not in allowed:
-            raise BrokerError(E.AuthorizationError, f"role {role!r} is not authorized on {namespace}")
+        role = self.identity.role if self.identity is not None else None
+        if not self.broker.config.grants.allows(role, namespace, needs):
+            what = " or ".join(sorted(a.value for a in needs))
+            target = target or namespace
+            log.info("role %r (%s) is not authorized to %s on %s", role, self.peer, what, target)
+            raise BrokerError(E.AuthorizationError, f"role {role!r} is not authorized to {what} on {target}")
 
     def on_ping(self, cmd: pb.BaseCommand, _: Any) -> None:
         self.send(new_command(T.PONG)[0])
@@ -887,6 +951,7 @@ class ServerConnection(asyncio.Protocol):
     def on_partitioned_metadata(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.partitionMetadata
         name = str(TopicName.parse(req.topic))
+        self._authorize(name, LOOKUP)
         create = req.metadata_auto_creation_enabled
         n = self.broker.partitions_of(name, create=create)
         if n == 0 and not self.broker.config.allow_auto_topic_creation and not self.broker.topic_exists(name):
@@ -900,7 +965,7 @@ class ServerConnection(asyncio.Protocol):
     def on_lookup(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.lookupTopic
         name = str(TopicName.parse(req.topic))
-        self._authorize(name)
+        self._authorize(name, LOOKUP)
         owner = self.broker.cluster.owner_of(name) if self.broker.cluster is not None else self.broker
         resp, sub = new_command(T.LOOKUP_RESPONSE)
         sub.request_id = req.request_id
@@ -915,9 +980,9 @@ class ServerConnection(asyncio.Protocol):
         sub.authoritative = True
         self.send(resp)
 
-    def _topic_for_use(self, topic: str) -> Topic:
+    def _topic_for_use(self, topic: str, needs: frozenset[Action]) -> Topic:
         name = str(TopicName.parse(topic))
-        self._authorize(name)
+        self._authorize(name, needs)
         if not self.broker.owns(name):
             raise BrokerError(E.ServiceNotReady, f"topic {name} is not served by {self.broker.name}")
         if name in self.broker.partitioned:
@@ -935,7 +1000,7 @@ class ServerConnection(asyncio.Protocol):
             existing = self.producers[req.producer_id]
             self._producer_success(req.request_id, existing)
             return
-        topic = self._topic_for_use(req.topic)
+        topic = self._topic_for_use(req.topic, PRODUCE)
         if topic.terminated:
             raise BrokerError(E.TopicTerminatedError, f"topic {topic.name} is terminated")
         name = req.producer_name if req.HasField("producer_name") and req.producer_name else None
@@ -1118,6 +1183,7 @@ class ServerConnection(asyncio.Protocol):
         resp, sub = new_command(T.GET_SCHEMA_RESPONSE)
         sub.request_id = req.request_id
         name = str(TopicName.parse(req.topic))  # no topic is created by asking for its schema
+        self._authorize(name, LOOKUP)
         want = int.from_bytes(req.schema_version, "big") if req.HasField("schema_version") else None
         found = self.broker.schemas.get(name, want)
         if found is None:
@@ -1130,7 +1196,7 @@ class ServerConnection(asyncio.Protocol):
 
     def on_get_or_create_schema(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.getOrCreateSchema
-        topic = self._topic_for_use(req.topic)
+        topic = self._topic_for_use(req.topic, PRODUCE)
         resp, sub = new_command(T.GET_OR_CREATE_SCHEMA_RESPONSE)
         sub.request_id = req.request_id
         try:
@@ -1150,9 +1216,10 @@ class ServerConnection(asyncio.Protocol):
             self._success(req.request_id)
             return
         name = str(TopicName.parse(req.topic))
+        self._authorize(name, CONSUME)  # before anything tells whether the topic exists
         if not req.force_topic_creation and not self.broker.topic_exists(name):
             raise BrokerError(E.TopicNotFound, f"topic {name} does not exist")
-        topic = self._topic_for_use(req.topic)
+        topic = self._topic_for_use(req.topic, CONSUME)
         sub = topic.subscriptions.get(req.subscription)
         if sub is None:
             sub = self._new_subscription(topic, req)
@@ -1295,6 +1362,7 @@ class ServerConnection(asyncio.Protocol):
     def on_unsubscribe(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.unsubscribe
         consumer, topic, sub = self._consumer(req.consumer_id)
+        self._authorize(topic.name, CONSUME)
         if any(c is not consumer for c in sub.consumers):
             raise BrokerError(E.ConsumerBusy, "other consumers are connected to the subscription")
         del self.consumers[req.consumer_id]
@@ -1326,6 +1394,7 @@ class ServerConnection(asyncio.Protocol):
     def on_seek(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.seek
         _consumer, topic, sub = self._consumer(req.consumer_id)
+        self._authorize(topic.name, CONSUME)
         log_ = topic.log
         if req.HasField("message_publish_time"):
             idx = log_.index_by_publish_time(req.message_publish_time)
@@ -1347,6 +1416,7 @@ class ServerConnection(asyncio.Protocol):
     def on_get_last_message_id(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.getLastMessageId
         _consumer, topic, sub = self._consumer(req.consumer_id)
+        self._authorize(topic.name, CONSUME)
         resp, s = new_command(T.GET_LAST_MESSAGE_ID_RESPONSE)
         s.request_id = req.request_id
         ledger, entry = topic.log.last_position
@@ -1376,6 +1446,7 @@ class ServerConnection(asyncio.Protocol):
 
     def on_get_topics_of_namespace(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.getTopicsOfNamespace
+        self._authorize_namespace(req.namespace, LOOKUP)
         topics = self.broker_topics_in(req.namespace)
         resp, s = new_command(T.GET_TOPICS_OF_NAMESPACE_RESPONSE)
         s.request_id = req.request_id
@@ -1416,6 +1487,7 @@ class ServerConnection(asyncio.Protocol):
     # -- topic list watchers -------------------------------------------------------------
     def on_watch_topic_list(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.watchTopicList
+        self._authorize_namespace(req.namespace, LOOKUP)
         watchers = self.broker.watchers
         watcher = watchers.get(self, req.watcher_id)
         if watcher is None:  # as Pulsar: a watcher id already registered is answered again

@@ -54,10 +54,11 @@ def ping(conn: RawConnection, timeout: float = BYSTANDER_LIMIT) -> float:
     return time.monotonic() - start
 
 
-def bystander_latency(url: str, timeout: float = BYSTANDER_LIMIT) -> float:
-    """Seconds for a new connection to CONNECT and get a PARTITIONED_METADATA answer."""
+def bystander_latency(url: str, timeout: float = BYSTANDER_LIMIT, token: str | None = None) -> float:
+    """Seconds for a new connection to CONNECT (with ``token`` when given) and get a PARTITIONED_METADATA
+    answer (on a broker with authentication, ``token``'s role needs a grant on public/default)."""
     start = time.monotonic()
-    conn = RawConnection.to(url)
+    conn = RawConnection.to(url, token=token)
     try:
         cmd, req = new_command(T.PARTITIONED_METADATA)
         req.topic = "persistent://public/default/bystander"
@@ -69,9 +70,9 @@ def bystander_latency(url: str, timeout: float = BYSTANDER_LIMIT) -> float:
     return time.monotonic() - start
 
 
-def assert_bystander_served(url: str, limit: float = BYSTANDER_LIMIT) -> float:
-    """A fresh connection is served within ``limit`` seconds; returns its latency."""
-    latency = bystander_latency(url, timeout=limit + 1)
+def assert_bystander_served(url: str, limit: float = BYSTANDER_LIMIT, token: str | None = None) -> float:
+    """A fresh connection (authenticated with ``token`` when given) is served within ``limit`` seconds."""
+    latency = bystander_latency(url, timeout=limit + 1, token=token)
     assert latency < limit, f"a bystander waited {latency:.2f} s for the broker"
     return latency
 

@@ -11,7 +11,7 @@ from pulsarwire.proto import pb
 
 
 class RawConnection:
-    def __init__(self, host: str, port: int, *, connect: bool = True) -> None:
+    def __init__(self, host: str, port: int, *, connect: bool = True, token: str | None = None) -> None:
         self.sock = socket.create_connection((host, port), timeout=5)
         self.decoder = FrameDecoder()
         self.frames: list[Frame] = []
@@ -20,6 +20,9 @@ class RawConnection:
             cmd, c = new_command(pb.BaseCommand.CONNECT)
             c.client_version = "pulsarwire-tests"
             c.protocol_version = 21
+            if token is not None:
+                c.auth_method_name = "token"
+                c.auth_data = token.encode()
             self.send(cmd)
             assert self.expect(pb.BaseCommand.CONNECTED).type == pb.BaseCommand.CONNECTED
 
@@ -37,6 +40,8 @@ class RawConnection:
             data = self.sock.recv(65536)
         except TimeoutError:
             return
+        except ConnectionResetError:  # closed by the peer with unread bytes on its side
+            data = b""
         if not data:
             self.closed = True
             return

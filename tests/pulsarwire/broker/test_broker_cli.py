@@ -29,7 +29,13 @@ FLAGS = [
     "--tls-cert",
     "--tls-key",
     "--auth-token-secret",
+    "--auth-token-secret-file",
+    "--auth-token-public-key",
     "--auth-tokens",
+    "--grant",
+    "--superuser",
+    "--connect-timeout",
+    "--max-connections",
     "--default-partitions",
     "--dedup",
     "--max-message-size",
@@ -49,11 +55,13 @@ def test_help_documents_every_flag() -> None:
 
 
 @contextmanager
-def cli_broker(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def cli_broker(*args: str, env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``python -m pulsarwire.broker ARGS`` (with ``env`` added to the environment); yields (process, URL)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "pulsarwire.broker", "--port", "0", "--log-level", "WARNING", *args],
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, **(env or {})},
     )
     try:
         assert proc.stdout is not None

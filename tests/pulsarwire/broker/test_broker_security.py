@@ -1,4 +1,7 @@
-"""Token authentication (static list and HS256 JWT), auth refresh by AUTH_CHALLENGE, TLS, authorization."""
+"""Token authentication (static list and HS256 JWT), auth refresh by AUTH_CHALLENGE, TLS, authorization.
+
+Hostile clients against authentication and grants: test_hostile_tenancy.py.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +10,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pulsar
 import pytest
 import trustme
 
-from pulsarwire.broker import Broker
-from pulsarwire.broker.auth import TokenAuth, make_jwt
+from pulsarwire.broker import Broker, Grants
+from pulsarwire.broker.auth import TokenAuth
 from pulsarwire.proto import pb
 from tests.helpers.raw import RawConnection
 from tests.pulsarwire.broker.support import QUIET, assert_exactly, new_topic, payloads, receive_n, send_all
 
 SECRET = b"0123456789abcdef0123456789abcdef"
+#: With authentication on, a role may do only what it is granted.
+ALICE = Grants.of("alice:public/default:produce,consume")
+
+
+def make_jwt(secret: bytes, subject: str, expires_at: float | None = None) -> str:
+    """An HS256 JWT as Pulsar's token tools make them (PyJWT signs; ``sub`` is the role)."""
+    claims: dict[str, Any] = {"sub": subject}
+    if expires_at is not None:
+        claims["exp"] = int(expires_at)
+    return jwt.encode(claims, secret, algorithm="HS256")
 
 
 def token_client(url: str, token: str | Callable[[], str], **kw: Any) -> pulsar.Client:
@@ -50,7 +64,7 @@ def raw_connect_with(url: str, token: str | None) -> pb.BaseCommand:
 
 
 def test_jwt_token_accepted_and_wrong_token_rejected(start_broker: Callable[..., Broker]) -> None:
-    b = start_broker(auth=TokenAuth(SECRET))
+    b = start_broker(auth=TokenAuth(SECRET), grants=ALICE)
     topic = new_topic()
     good = token_client(b.service_url, make_jwt(SECRET, "alice"))
     try:
@@ -79,7 +93,9 @@ def test_jwt_token_accepted_and_wrong_token_rejected(start_broker: Callable[...,
 
 
 def test_no_credentials_rejected(start_broker: Callable[..., Broker]) -> None:
-    b = start_broker(auth=TokenAuth(tokens={"static-token": "svc"}))
+    b = start_broker(
+        auth=TokenAuth(tokens={"static-token": "svc"}), grants=Grants.of("svc:public/default:produce")
+    )
     answer = raw_connect_with(b.service_url, None)
     assert answer.type == pb.BaseCommand.ERROR and answer.error.error == pb.AuthenticationError
     ok = token_client(b.service_url, "static-token")
@@ -92,7 +108,7 @@ def test_no_credentials_rejected(start_broker: Callable[..., Broker]) -> None:
 def test_expiring_token_is_refreshed_by_auth_challenge_while_producing(
     start_broker: Callable[..., Broker],
 ) -> None:
-    b = start_broker(auth=TokenAuth(SECRET))
+    b = start_broker(auth=TokenAuth(SECRET), grants=ALICE)
     issued: list[str] = []
 
     def supplier() -> str:
@@ -126,7 +142,7 @@ def test_expiring_token_is_refreshed_by_auth_challenge_while_producing(
 def test_authorization_error_for_a_namespace_the_role_may_not_use(
     start_broker: Callable[..., Broker],
 ) -> None:
-    b = start_broker(auth=TokenAuth(SECRET), authorization={"alice": ["public/default"]})
+    b = start_broker(auth=TokenAuth(SECRET), grants=ALICE)
     client = token_client(b.service_url, make_jwt(SECRET, "alice"))
     try:
         client.create_producer(new_topic())  # allowed namespace

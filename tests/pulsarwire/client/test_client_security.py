@@ -6,10 +6,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import jwt
 import pytest
 import trustme
 
-from pulsarwire.broker import Broker, TokenAuth, make_jwt
+from pulsarwire.broker import Broker, Grants, TokenAuth
 from pulsarwire.client.auth import AuthenticationToken
 from pulsarwire.client.blocking import Client
 from pulsarwire.errors import AuthenticationError, ConnectError
@@ -17,10 +18,18 @@ from tests.pulsarwire.broker.support import new_topic, payloads
 from tests.pulsarwire.client.test_producer_faults import read_all
 
 SECRET = b"0123456789abcdef0123456789abcdef"
+ALICE = Grants.of("alice:public/default:produce,consume")
+
+
+def make_jwt(secret: bytes, subject: str, expires_at: float | None = None) -> str:
+    claims: dict[str, object] = {"sub": subject}
+    if expires_at is not None:
+        claims["exp"] = int(expires_at)
+    return jwt.encode(claims, secret, algorithm="HS256")
 
 
 def test_wrong_token_is_rejected_with_authentication_error(start_broker: Callable[..., Broker]) -> None:
-    b = start_broker(auth=TokenAuth(SECRET))
+    b = start_broker(auth=TokenAuth(SECRET), grants=ALICE)
     for token in (make_jwt(b"x" * 32, "mallory"), make_jwt(SECRET, "alice", time.time() - 5)):
         client = Client(b.service_url, authentication=AuthenticationToken(token), operation_timeout_seconds=5)
         try:
@@ -33,7 +42,7 @@ def test_wrong_token_is_rejected_with_authentication_error(start_broker: Callabl
 def test_expiring_token_refreshed_by_auth_challenge_while_producing(
     start_broker: Callable[..., Broker],
 ) -> None:
-    b = start_broker(auth=TokenAuth(SECRET))
+    b = start_broker(auth=TokenAuth(SECRET), grants=ALICE)
     issued: list[str] = []
 
     def supplier() -> str:
