@@ -16,6 +16,23 @@ from pathlib import Path
 
 from .auth import TokenAuth
 from .server import Broker, BrokerConfig
+from .storage import DEFAULT_CACHE_BYTES, DEFAULT_MAX_OPEN_LOGS
+
+MiB = 1024 * 1024
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--entries-per-ledger", type=int, default=50_000, help="start a new ledger after this many entries"
     )
     p.add_argument("--fsync", action="store_true", help="fsync the entry log before every receipt")
+    p.add_argument(
+        "--cache-size-mb",
+        type=_non_negative,
+        default=DEFAULT_CACHE_BYTES // MiB,
+        metavar="MB",
+        help="entry bodies cached in RAM for reads, all topics together"
+        f" (default {DEFAULT_CACHE_BYTES // MiB}; with --data-dir the rest stays on disk)",
+    )
+    p.add_argument(
+        "--max-open-logs",
+        type=_positive,
+        default=DEFAULT_MAX_OPEN_LOGS,
+        metavar="N",
+        help="topic entry logs kept open at once, least recently used closed first"
+        f" (default {DEFAULT_MAX_OPEN_LOGS})",
+    )
     p.add_argument(
         "--partitioned-topic",
         action="append",
@@ -104,6 +137,8 @@ async def _run(args: argparse.Namespace) -> None:
         deduplication=args.dedup,
         entries_per_ledger=args.entries_per_ledger,
         fsync=args.fsync,
+        entry_cache_size=args.cache_size_mb * MiB,
+        max_open_logs=args.max_open_logs,
         keepalive_seconds=args.keepalive,
         tls_port=args.tls_port,
         tls_cert_file=args.tls_cert,

@@ -41,6 +41,7 @@ from pulsarwire.errors import (
     PayloadError,
     PulsarWireError,
     RemoteProtocolError,
+    StorageError,
 )
 from pulsarwire.proto import PROTOCOL_VERSION, pb
 
@@ -48,7 +49,16 @@ from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Identity, TokenAuth
 from .faults import Faults, corrupt
 from .naming import TopicName
 from .schemas import IncompatibleSchemaError, SchemaRegistry
-from .storage import Entry, TopicLog, stored_topics
+from .storage import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_MAX_OPEN_LOGS,
+    Entry,
+    EntryCache,
+    OpenFiles,
+    TopicLog,
+    stored_topics,
+    topic_dir,
+)
 from .subscription import EARLIEST, KEY_HASH_RANGE, ConsumerRef, Subscription
 from .topic import ProducerRef, Topic
 from .watch import TopicWatchers, Watcher, compile_topics_pattern, pattern_matches, topics_hash
@@ -56,6 +66,8 @@ from .watch import TopicWatchers, Watcher, compile_topics_pattern, pattern_match
 log = logging.getLogger("pulsarwire.broker")
 
 SERVER_VERSION = "pulsarwire-broker/0.1"
+#: Outgoing bytes buffered per connection before dispatch to it pauses (see Sender.writable).
+WRITE_BUFFER_HIGH = 1024 * 1024
 T = pb.BaseCommand
 E = pb.ServerError
 SubType = pb.CommandSubscribe.SubType
@@ -85,6 +97,10 @@ class BrokerConfig:
     deduplication: bool = False
     entries_per_ledger: int = 50_000
     fsync: bool = False
+    #: bytes of entry bodies cached in RAM for reads, shared by all topics (data dir only)
+    entry_cache_size: int = DEFAULT_CACHE_BYTES
+    #: entry logs open at once (LRU, shared by all topics; data dir only)
+    max_open_logs: int = DEFAULT_MAX_OPEN_LOGS
     keepalive_seconds: float = 30.0
     cursor_flush_seconds: float = 0.1
     #: token authentication (None: every client is accepted)
@@ -117,6 +133,8 @@ class Broker:
         if cfg.data_dir is not None:
             cfg.data_dir = Path(cfg.data_dir)
         self.config = cfg
+        self.entry_cache = EntryCache(cfg.entry_cache_size)
+        self.open_files = OpenFiles(cfg.max_open_logs)
         self.topics: dict[str, Topic] = {}
         self.partitioned: dict[str, int] = {}
         self._producer_names = itertools.count()
@@ -402,6 +420,8 @@ class Broker:
             data_dir=self.config.data_dir,
             entries_per_ledger=self.config.entries_per_ledger,
             fsync=self.config.fsync,
+            cache=self.entry_cache,
+            files=self.open_files,
         )
         topic = Topic(name, log_, partition_index=tn.partition_index, data_dir=self.config.data_dir)
         self.topics[name] = topic
@@ -417,8 +437,6 @@ class Broker:
     def topic_exists(self, name: str) -> bool:
         if name in self.topics or name in self.partitioned:
             return True
-        from .storage import topic_dir
-
         return self.config.data_dir is not None and topic_dir(self.config.data_dir, name).exists()
 
     def new_producer_name(self) -> str:
@@ -471,6 +489,8 @@ class ServerConnection(asyncio.Protocol):
         self._auth_deadline: asyncio.TimerHandle | None = None
         #: receipts held back by a delay fault: (release time, send, ledger, entry), in order
         self._held_receipts: deque[tuple[float, pb.CommandSend, int, int]] = deque()
+        #: False while the transport's write buffer is over its high-water mark (Sender.writable)
+        self.writable = True
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -478,6 +498,7 @@ class ServerConnection(asyncio.Protocol):
         self.peer = str(transport.get_extra_info("peername"))
         self.broker.connections.add(self)
         self.broker.connections_accepted += 1
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         self._schedule_keepalive()
 
     def _schedule_keepalive(self) -> None:
@@ -509,6 +530,15 @@ class ServerConnection(asyncio.Protocol):
         for cid in list(self.consumers):
             self._remove_consumer(cid)
 
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        subscriptions = {id(sub): sub for _c, _t, sub in self.consumers.values()}
+        for sub in subscriptions.values():
+            sub.dispatch()
+
     def data_received(self, data: bytes) -> None:
         self.last_seen = time.monotonic()
         self._ping_outstanding = False
@@ -538,6 +568,9 @@ class ServerConnection(asyncio.Protocol):
                 self._fail_request(frame.command, exc.code, str(exc))
             except InvalidTopicName as exc:
                 self._fail_request(frame.command, E.InvalidTopicName, str(exc))
+            except StorageError as exc:
+                log.error("%s failed: %s", T.Type.Name(frame.command.type), exc)
+                self._fail_request(frame.command, E.PersistenceError, str(exc))
 
     def close(self) -> None:
         if self.transport is not None:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pulsarwire.codec import Frame, new_command
 from pulsarwire.proto import pb
-from pulsarwire.testing.process import broker_process
+from pulsarwire.testing.process import broker_subprocess
 from tests.helpers.raw import RawConnection
 
 T = pb.BaseCommand
@@ -31,10 +31,20 @@ BYSTANDER_LIMIT = 2.0
 
 
 @contextlib.contextmanager
-def broker_url(*args: str) -> Iterator[str]:
-    """A broker process started with ``args``; yields its ``pulsar://127.0.0.1:PORT``."""
-    with broker_process("--keepalive", "60", *args) as url:
+def broker_url(*args: str, preexec_fn: Callable[[], None] | None = None) -> Iterator[str]:
+    """A broker process started with ``args``; yields its ``pulsar://127.0.0.1:PORT``.
+
+    ``preexec_fn`` runs in the child before the broker starts (e.g. to lower a resource limit).
+    """
+    with broker_with_pid(*args, preexec_fn=preexec_fn) as (url, _pid):
         yield url
+
+
+@contextlib.contextmanager
+def broker_with_pid(*args: str, preexec_fn: Callable[[], None] | None = None) -> Iterator[tuple[str, int]]:
+    """:func:`broker_url` that also yields the broker's pid (for /proc/PID: memory, open files)."""
+    with broker_subprocess("--keepalive", "60", *args, preexec_fn=preexec_fn) as (url, proc):
+        yield url, proc.pid
 
 
 def connect(url: str, **kw: Any) -> RawConnection:
