@@ -77,6 +77,8 @@ DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_OPEN_LOGS = 256
 #: What the cache charges per entry on top of its bytes (key, LRU links, object headers).
 CACHE_ITEM_OVERHEAD = 200
+#: Recovery reads records in pieces of at most this many bytes.
+READ_CHUNK = 1 << 20
 #: Longest directory name (bytes) used as is; longer quoted names are hashed.
 NAME_MAX = 255
 LONG_NAME_MARK = "%%"
@@ -199,6 +201,19 @@ def check_data_dir(path: Path) -> None:
             probe.unlink(missing_ok=True)
     except OSError as exc:
         raise StorageError(path, f"cannot use it as the data directory: {_reason(exc)}") from None
+
+
+def _record_metadata(fd: int, offset: int, length: int, prefix: bytes) -> pb.MessageMetadata:
+    """Metadata of the body of ``length`` bytes at ``offset`` whose first bytes are ``prefix``
+    (the whole body is read only when its metadata does not fit in the prefix)."""
+    try:
+        _start, md_start, md_size = entry_layout(prefix)
+    except PulsarWireError:
+        if len(prefix) == length:
+            raise
+        prefix = os.pread(fd, length, offset)
+        _start, md_start, md_size = entry_layout(prefix)
+    return decode_metadata(prefix[md_start : md_start + md_size])
 
 
 def _reason(exc: OSError) -> str:
@@ -385,32 +400,40 @@ class TopicLog:
             raise StorageError(self._path, f"cannot read the entry log: {_reason(exc)}") from None
 
     def _read_records(self, path: Path) -> None:
-        """Index every good record of ``path``; cut the file at the first bad one."""
+        """Index every good record of ``path``; cut the file at the first bad one.
+
+        A record is read in chunks of at most READ_CHUNK bytes (its checksum computed as they
+        come), keeping only the first: a corrupt length never makes a big allocation.
+        """
         good = count = 0
         last: Position = (-1, -1)
-        with open(path, "rb", buffering=1 << 20) as f:
+        with open(path, "rb", buffering=READ_CHUNK) as f:
             size = os.fstat(f.fileno()).st_size
             while size - good >= RECORD_HEAD.size:
                 length, crc = LENGTH_CRC.unpack(f.read(LENGTH_CRC.size))
                 end = good + LENGTH_CRC.size + length
                 if length < POSITION.size or end > size:
                     break
-                rest = f.read(length)
-                if len(rest) != length or crc32c(rest) != crc:
+                head = f.read(min(length, READ_CHUNK))
+                value, left = crc32c(head), length - len(head)
+                while left and (chunk := f.read(min(left, READ_CHUNK))):
+                    value, left = crc32c(chunk, value), left - len(chunk)
+                if left or value != crc:
                     break
-                position = POSITION.unpack_from(rest)
+                position = POSITION.unpack_from(head)
                 if position <= last:  # ids only grow: anything else is not a record we wrote
                     break
                 if count >= self.trimmed:
-                    body = memoryview(rest)[POSITION.size :]
+                    offset = good + RECORD_HEAD.size
                     try:
-                        _start, md_start, md_size = entry_layout(body)
-                        md = decode_metadata(bytes(body[md_start : md_start + md_size]))
+                        md = _record_metadata(
+                            f.fileno(), offset, length - POSITION.size, head[POSITION.size :]
+                        )
                     except PulsarWireError:
                         break
                     self._index(position, entry_facts(md))
-                    self._offsets.append(good + RECORD_HEAD.size)
-                    self._lengths.append(len(body))
+                    self._offsets.append(offset)
+                    self._lengths.append(length - POSITION.size)
                 self.ledger_id = max(self.ledger_id, position[0])
                 last = position
                 count += 1

@@ -15,6 +15,7 @@ import json
 import os
 import resource
 import struct
+import tracemalloc
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from pulsarwire.broker.storage import (
     CACHE_ITEM_OVERHEAD,
     DEFAULT_MAX_OPEN_LOGS,
     INDEX_BYTES_PER_ENTRY,
+    READ_CHUNK,
     EntryCache,
     OpenFiles,
     TopicLog,
@@ -547,15 +549,38 @@ def test_the_entry_cache_never_holds_more_than_its_size() -> None:
     assert cache.get((2, 0)) is None
 
 
-def test_recovery_cuts_a_torn_tail_without_reading_the_file_whole(tmp_path: Path) -> None:
+def test_recovery_reads_records_piecewise_and_cuts_a_torn_tail(tmp_path: Path) -> None:
+    big = b"B" * (3 * READ_CHUNK)  # a record bigger than a read piece
+    md_big = metadata(1)
+    md_big.properties.add(key="p", value="v" * (2 * READ_CHUNK))  # metadata bigger than a read piece
+    entries = [_entry(0), (encode_payload_section(metadata(1), big), metadata(1))]
+    entries.append((encode_payload_section(md_big, b"x"), md_big))
     log = TopicLog("t", data_dir=tmp_path)
-    for i in range(5):
-        log.append(*_entry(i))
+    for data, md in entries:
+        log.append(data, md)
     log.close()
     path = topic_dir(tmp_path, "t") / "entries.log"
     size = path.stat().st_size
     with open(path, "ab") as f:
         f.write(struct.pack(">II", 10_000, 0) + b"torn")
     reopened = TopicLog("t", data_dir=tmp_path)
-    assert len(reopened) == 5
+    assert [e.data for e in reopened.entries] == [d for d, _md in entries]
     assert path.stat().st_size == size
+
+
+def test_a_corrupt_record_length_is_not_an_allocation(tmp_path: Path) -> None:
+    log = TopicLog("t", data_dir=tmp_path, cache=EntryCache(0))
+    for i in range(40):
+        md = metadata(i)
+        log.append(encode_payload_section(md, bytes([i]) * MiB), md)
+    log.close()
+    path = topic_dir(tmp_path, "t") / "entries.log"
+    with open(path, "r+b") as f:  # the first record now claims most of the file
+        f.write(struct.pack(">I", path.stat().st_size - 100))
+    tracemalloc.start()
+    reopened = TopicLog("t", data_dir=tmp_path, cache=EntryCache(0))
+    _now, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(reopened) == 0
+    assert path.stat().st_size == 0
+    assert peak < 6 * READ_CHUNK, f"recovery of a record claiming 40 MiB allocated {peak / MiB:.1f} MiB"
