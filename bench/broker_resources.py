@@ -17,14 +17,16 @@ Sections (``--sections``, all by default):
   read    ``--read-entries`` entries of 100 bytes (no batching) in a data-dir broker, read back
           from the start by an official consumer (receive + acknowledge): messages per second.
 
-Run: ``python bench/broker_resources.py`` (about 3 minutes on 2 cores; 1 GB of disk in a temp dir).
+Run: ``python bench/broker_resources.py`` (about 1.5 minutes on 2 cores; 1 GB of disk in a temp dir).
+Measured (before -> after the compact index, issue 13): index ~1,600 -> ~31 bytes per entry (RSS);
+1 GB stored: broker RSS +1,152 MiB (peak 2.7 GiB) -> +67 MiB (peak 141 MiB); 5,000 topics under
+a 1024 descriptor limit: broker stuck at 1,022 descriptors -> 264 and serving; read rate ~10% lower.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import os
 import resource
 import sys
@@ -107,7 +109,6 @@ def index_section(entries: int) -> None:
     from pulsarwire.codec import encode_payload_section
     from pulsarwire.proto import pb
 
-    options = inspect.signature(TopicLog).parameters
     with tempfile.TemporaryDirectory(prefix="bench-index-") as tmp:
         log = TopicLog("persistent://public/default/index", data_dir=Path(tmp))
         for i in range(entries):
@@ -115,16 +116,15 @@ def index_section(entries: int) -> None:
             md.partition_key = f"key-{i % 100}"
             log.append(encode_payload_section(md, b"x" * 100), md)
         log.close()
-        extra = {"cache": None} if "cache" in options else {}
         rss_before = status(os.getpid())["VmRSS"]
-        reopened = TopicLog("persistent://public/default/index", data_dir=Path(tmp), **extra)
+        reopened = TopicLog("persistent://public/default/index", data_dir=Path(tmp))
         rss = (status(os.getpid())["VmRSS"] - rss_before) * 1024
         assert len(reopened) == entries
         reopened.close()
         del reopened
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
-        reopened = TopicLog("persistent://public/default/index", data_dir=Path(tmp), **extra)
+        reopened = TopicLog("persistent://public/default/index", data_dir=Path(tmp))
         held = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
         reopened.close()
