@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pulsarwire.codec import encode_batch, new_command  # noqa: E402
-from pulsarwire.proto import pb  # noqa: E402
-from tests.helpers.hostile import (  # noqa: E402
+from pulsarwire.codec import encode_batch, new_command
+from pulsarwire.proto import pb
+from tests.helpers.hostile import (
     broker_url,
     bystander_latency,
     connect,
@@ -32,7 +32,7 @@ from tests.helpers.hostile import (  # noqa: E402
     producer,
     send_frame,
 )
-from tests.helpers.raw import RawConnection  # noqa: E402
+from tests.helpers.raw import RawConnection
 
 T = pb.BaseCommand
 Attack = Callable[[str, int], str]
@@ -123,12 +123,74 @@ def slow_loris(url: str, repeat: int) -> str:
     return f"{closed}/{len(conns)} closed after the CONNECT deadline"
 
 
+def huge_ack_sets(url: str, repeat: int) -> str:
+    conn = connect(url)
+    topic = "persistent://public/default/acks"
+    name = producer(conn, topic, 1).command.producer_success.producer_name
+    conn.sock.sendall(send_frame(1, 0, _md(name, 0), b"one"))
+    receipt = expect_either(conn, T.SEND_RECEIPT, T.SEND_ERROR).command.send_receipt.message_id
+    cmd, sub = new_command(T.SUBSCRIBE)
+    sub.topic, sub.subscription, sub.consumer_id, sub.request_id = topic, "s", 5, 5
+    sub.subType = pb.CommandSubscribe.Exclusive
+    sub.initialPosition = pb.CommandSubscribe.Earliest
+    conn.send(cmd)
+    conn.expect(T.SUCCESS)
+    answer = ""
+    for rid in range(min(repeat, 50)):
+        ack, a = new_command(T.ACK)
+        a.consumer_id, a.ack_type, a.request_id = 5, pb.CommandAck.Individual, 10 + rid
+        mid = a.message_id.add()
+        mid.ledgerId, mid.entryId = receipt.ledgerId, receipt.entryId
+        mid.ack_set.extend([-1] * 600_000)
+        conn.send(ack)
+        answer = _describe(expect_either(conn, T.ACK_RESPONSE, T.ERROR))
+    conn.close()
+    return f"{answer} (ack_set cut to the entry's 1 message)"
+
+
+def sticky_ranges(url: str, repeat: int) -> str:
+    conn = connect(url)
+    answer = ""
+    for cid in range(min(repeat, 20)):
+        cmd, sub = new_command(T.SUBSCRIBE)
+        sub.topic, sub.subscription = "persistent://public/default/sticky", "ks"
+        sub.consumer_id, sub.request_id = cid, cid
+        sub.subType = pb.CommandSubscribe.Key_Shared
+        sub.keySharedMeta.keySharedMode = pb.STICKY
+        for i in range(5000):
+            r = sub.keySharedMeta.hashRanges.add()
+            r.start, r.end = i, i + 1
+        conn.send(cmd)
+        answer = _describe(expect_either(conn, T.SUCCESS, T.ERROR))
+    conn.close()
+    return answer
+
+
+def connection_flood(url: str, repeat: int) -> str:
+    conns = []
+    refused = 0
+    for _ in range(repeat):
+        c = RawConnection.to(url, connect=False)
+        cmd, connect_ = new_command(T.CONNECT)
+        connect_.client_version, connect_.protocol_version = "flood", 21
+        c.send(cmd)
+        frame = expect_either(c, T.CONNECTED, T.ERROR)
+        refused += frame.type == T.ERROR
+        conns.append(c)
+    for c in conns:
+        c.close()
+    return f"{refused} of {repeat} refused: ERROR NotAllowedError, closed"
+
+
 CASES = [
     Case("SEND naming another producer, sequence id 2^40", forged_dedup, ("--dedup",)),
     Case("batch claiming 10^9 messages in 21 bytes", lying_batch_count),
     Case("SEND without the 0x0e01 checksum section", no_checksum),
     Case("topic pattern `(a+)+$` against near-matching names", catastrophic_pattern),
-    Case("connections trickling bytes, never a CONNECT", slow_loris),
+    Case("connections trickling bytes, never a CONNECT", slow_loris, ("--connect-timeout", "2")),
+    Case("ACK with a 600,000-word ack_set, 50 times", huge_ack_sets),
+    Case("SUBSCRIBE Key_Shared STICKY with 5,000 ranges, 20 times", sticky_ranges),
+    Case("connections past --max-connections 100", connection_flood, ("--max-connections", "100")),
 ]
 
 
@@ -144,21 +206,24 @@ def run(case: Case, repeat: int) -> tuple[str, list[float]]:
 
         thread = threading.Thread(target=attack, daemon=True)
         thread.start()
-        latencies = []
+        latencies: list[float] = []
+        refused = 0
         while thread.is_alive() or not latencies:
             try:
                 latencies.append(bystander_latency(url, timeout=120))
-            except AssertionError:
-                latencies.append(float("inf"))
+            except (AssertionError, OSError):
+                refused += 1  # only by design: the connection cap was reached
         thread.join()
-        return result[0], latencies
+        return result[0] + (
+            f"; {refused} bystanders refused while the cap was full" if refused else ""
+        ), latencies
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--repeat", type=int, default=200, help="hostile requests per case")
     args = p.parse_args()
-    print("| hostile input | broker answer | bystander latency: median / worst (samples) |")
+    print("| hostile input | broker answer | bystander latency meanwhile: median / worst (samples) |")
     print("|---|---|---|")
     for case in CASES:
         answer, latencies = run(case, args.repeat)

@@ -257,6 +257,24 @@ class UnexpectedReceiptError(RemoteProtocolError):
 
 
 # ---------------------------------------------------------------------------
+# Broker storage
+# ---------------------------------------------------------------------------
+
+
+class StorageError(PulsarWireError):
+    """The broker's data directory refused a write or read (full disk, permissions, I/O error...).
+
+    ``path`` is the file or directory concerned, ``reason`` what went wrong (the operating
+    system's words). A producer whose entry could not be stored is answered PersistenceError.
+    """
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+
+# ---------------------------------------------------------------------------
 # Broker-reported errors (ServerError codes)
 # ---------------------------------------------------------------------------
 

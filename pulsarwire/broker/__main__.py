@@ -24,6 +24,7 @@ from typing import NoReturn
 from .auth import TokenAuth, TokenKeyError, read_key
 from .authz import Grant, Grants, GrantSyntaxError
 from .server import Broker, BrokerConfig, BrokerStartError
+from .storage import DEFAULT_CACHE_BYTES, DEFAULT_MAX_OPEN_LOGS
 
 #: Environment variable holding the token secret key (same forms as --auth-token-secret).
 SECRET_ENV = "PULSARWIRE_TOKEN_SECRET"
@@ -42,6 +43,23 @@ def _grant(spec: str) -> Grant:
         return Grant.parse(spec)
     except GrantSyntaxError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+MiB = 1024 * 1024
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +109,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--entries-per-ledger", type=int, default=50_000, help="start a new ledger after this many entries"
     )
     p.add_argument("--fsync", action="store_true", help="fsync the entry log before every receipt")
+    p.add_argument(
+        "--cache-size-mb",
+        type=_non_negative,
+        default=DEFAULT_CACHE_BYTES // MiB,
+        metavar="MB",
+        help="entry bodies cached in RAM for reads, all topics together"
+        f" (default {DEFAULT_CACHE_BYTES // MiB}; with --data-dir the rest stays on disk)",
+    )
+    p.add_argument(
+        "--max-open-logs",
+        type=_positive,
+        default=DEFAULT_MAX_OPEN_LOGS,
+        metavar="N",
+        help="topic entry logs kept open at once, least recently used closed first"
+        f" (default {DEFAULT_MAX_OPEN_LOGS})",
+    )
     p.add_argument(
         "--partitioned-topic",
         action="append",
@@ -235,6 +269,8 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         deduplication=args.dedup,
         entries_per_ledger=args.entries_per_ledger,
         fsync=args.fsync,
+        entry_cache_size=args.cache_size_mb * MiB,
+        max_open_logs=args.max_open_logs,
         keepalive_seconds=args.keepalive,
         tls_port=args.tls_port,
         tls_cert_file=args.tls_cert,

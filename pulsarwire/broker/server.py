@@ -47,6 +47,7 @@ from pulsarwire.errors import (
     PayloadError,
     PulsarWireError,
     RemoteProtocolError,
+    StorageError,
 )
 from pulsarwire.proto import PROTOCOL_VERSION, pb
 
@@ -55,7 +56,17 @@ from .authz import CONSUME, LOOKUP, PRODUCE, Action, Grants
 from .faults import Faults, corrupt
 from .naming import TopicName
 from .schemas import MAX_SCHEMA_SIZE, IncompatibleSchemaError, SchemaRegistry
-from .storage import Entry, TopicLog, check_data_dir, stored_topics
+from .storage import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_MAX_OPEN_LOGS,
+    Entry,
+    EntryCache,
+    OpenFiles,
+    TopicLog,
+    check_data_dir,
+    stored_topics,
+    topic_dir,
+)
 from .subscription import (
     EARLIEST,
     MAX_HASH_RANGES_PER_CONSUMER,
@@ -79,6 +90,8 @@ from .watch import (
 log = logging.getLogger("pulsarwire.broker")
 
 SERVER_VERSION = "pulsarwire-broker/0.1"
+#: Outgoing bytes buffered per connection before dispatch to it pauses (see Sender.writable).
+WRITE_BUFFER_HIGH = 1024 * 1024
 T = pb.BaseCommand
 E = pb.ServerError
 SubType = pb.CommandSubscribe.SubType
@@ -112,6 +125,10 @@ class BrokerConfig:
     deduplication: bool = False
     entries_per_ledger: int = 50_000
     fsync: bool = False
+    #: bytes of entry bodies cached in RAM for reads, shared by all topics (data dir only)
+    entry_cache_size: int = DEFAULT_CACHE_BYTES
+    #: entry logs open at once (LRU, shared by all topics; data dir only)
+    max_open_logs: int = DEFAULT_MAX_OPEN_LOGS
     keepalive_seconds: float = 30.0
     cursor_flush_seconds: float = 0.1
     #: token authentication (None: every client is accepted and nothing is authorized)
@@ -214,6 +231,8 @@ class Broker:
         if cfg.data_dir is not None:
             cfg.data_dir = Path(cfg.data_dir)
         self.config = cfg
+        self.entry_cache = EntryCache(cfg.entry_cache_size)
+        self.open_files = OpenFiles(cfg.max_open_logs)
         self.topics: dict[str, Topic] = {}
         self.partitioned: dict[str, int] = {}
         self._producer_names = itertools.count()
@@ -267,10 +286,9 @@ class Broker:
         if self.config.data_dir is not None:
             try:
                 check_data_dir(self.config.data_dir)
-            except OSError as exc:
-                reason = exc.strerror or str(exc)
+            except StorageError as exc:
                 raise BrokerStartError(
-                    f"cannot keep data in {self.config.data_dir}: {reason} (choose a writable --data-dir)"
+                    f"cannot keep data in {exc.path}: {exc.reason} (choose a writable --data-dir)"
                 ) from None
         self._loop = asyncio.get_running_loop()
         cfg = self.config
@@ -532,6 +550,8 @@ class Broker:
             data_dir=self.config.data_dir,
             entries_per_ledger=self.config.entries_per_ledger,
             fsync=self.config.fsync,
+            cache=self.entry_cache,
+            files=self.open_files,
         )
         topic = Topic(name, log_, partition_index=tn.partition_index, data_dir=self.config.data_dir)
         self.topics[name] = topic
@@ -547,8 +567,6 @@ class Broker:
     def topic_exists(self, name: str) -> bool:
         if name in self.topics or name in self.partitioned:
             return True
-        from .storage import topic_dir
-
         return self.config.data_dir is not None and topic_dir(self.config.data_dir, name).exists()
 
     def new_producer_name(self) -> str:
@@ -620,6 +638,8 @@ class ServerConnection(asyncio.Protocol):
         self._connect_deadline: asyncio.TimerHandle | None = None
         #: receipts held back by a delay fault: (release time, send, ledger, entry), in order
         self._held_receipts: deque[tuple[float, pb.CommandSend, int, int]] = deque()
+        #: False while the transport's write buffer is over its high-water mark (Sender.writable)
+        self.writable = True
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -637,6 +657,7 @@ class ServerConnection(asyncio.Protocol):
             return
         self.broker.connections.add(self)
         self.broker.connections_accepted += 1
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         self._schedule_keepalive()
         # A fixed deadline from the accept: frames (PING) or trickled bytes do not extend it.
         self._connect_deadline = asyncio.get_running_loop().call_later(
@@ -678,6 +699,15 @@ class ServerConnection(asyncio.Protocol):
         for cid in list(self.consumers):
             self._remove_consumer(cid)
 
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        subscriptions = {id(sub): sub for _c, _t, sub in self.consumers.values()}
+        for sub in subscriptions.values():
+            sub.dispatch()
+
     def data_received(self, data: bytes) -> None:
         self.last_seen = time.monotonic()
         self._ping_outstanding = False
@@ -711,6 +741,9 @@ class ServerConnection(asyncio.Protocol):
                 self._fail_request(frame.command, exc.code, str(exc))
             except InvalidTopicName as exc:
                 self._fail_request(frame.command, E.InvalidTopicName, str(exc))
+            except StorageError as exc:
+                log.error("%s failed: %s", T.Type.Name(frame.command.type), exc)
+                self._fail_request(frame.command, E.PersistenceError, str(exc))
             except Exception as exc:
                 self._fail_unexpectedly(frame.command, exc)
 
@@ -1064,7 +1097,7 @@ class ServerConnection(asyncio.Protocol):
             return
         try:
             entry = topic.append(payload.entry, md)
-        except OSError as exc:
+        except StorageError as exc:
             # Nothing was stored. Fence the producer as Pulsar does after a failed write: its later
             # sends are refused until it is re-created, so no gap can hide behind deduplication.
             ref.fenced = True

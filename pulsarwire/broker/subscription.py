@@ -20,7 +20,9 @@ unacknowledged is "recently joined", as in Pulsar: until everything read
 before it joined is acknowledged it only gets those older entries, so a key
 that moves to it cannot overtake the messages still pending elsewhere. A
 consumer gets entries only while it has permits; a batch uses as many permits
-as it has unacknowledged messages.
+as it has unacknowledged messages. It also gets none while its connection's
+outgoing buffer is full (as Pulsar checks the channel's writability): a slow
+reader leaves the backlog on disk, not in the broker's memory.
 
 Acknowledgements are bounded by what is stored, never by what a client claims:
 an ack_set is cut to the entry's real message count, acks for positions that are
@@ -43,7 +45,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pulsarwire.codec.hashing import murmur3_32
 from pulsarwire.proto import pb
 
 from .storage import Entry, TopicLog
@@ -96,6 +97,10 @@ def sticky_ranges_refusal(ranges: Sequence[HashRange]) -> str | None:
 
 
 class Sender(Protocol):
+    #: False while the connection's outgoing buffer is over its high-water mark: no dispatch to it
+    #: until it drains (the connection then dispatches again), so a slow reader holds no backlog in RAM
+    writable: bool
+
     def send_message(
         self, consumer: ConsumerRef, entry: Entry, redelivery_count: int, ack_set: list[int] | None
     ) -> None: ...
@@ -117,6 +122,10 @@ class ConsumerRef:
     connected: bool = True
     #: Key_Shared STICKY: the inclusive hash ranges this consumer owns, sorted (None: auto-split)
     hash_ranges: list[HashRange] | None = None
+
+    def ready(self) -> bool:
+        """Whether the consumer can take an entry now: permits left and its connection not backed up."""
+        return self.permits > 0 and self.sender.writable
 
 
 class Subscription:
@@ -352,18 +361,18 @@ class Subscription:
         self._replay_set.discard(pos)
 
     def _advance_mark_delete(self) -> None:
-        keys = self.log._keys
-        idx = self.log.index_after(self.mark_delete)
-        while idx < len(keys) and keys[idx] in self.acked:
-            self.acked.discard(keys[idx])
-            self.mark_delete = keys[idx]
+        log = self.log
+        idx = log.index_after(self.mark_delete)
+        while idx < len(log) and (pos := log.position(idx)) in self.acked:
+            self.acked.discard(pos)
+            self.mark_delete = pos
             idx += 1
         if self.read_pos < self.mark_delete:
             self.read_pos = self.mark_delete
 
     def _entry(self, pos: Position) -> Entry | None:
         i = self.log.index_of(pos)
-        return self.log.entries[i] if i is not None else None
+        return self.log.entry(i) if i is not None else None
 
     # -- seek ---------------------------------------------------------------------
     def reset(self, mark_delete: Position) -> None:
@@ -384,12 +393,11 @@ class Subscription:
     def backlog(self) -> int:
         """Messages not yet acknowledged (batch entries count their unacked messages)."""
         total = 0
-        for entry in self.log.entries[self.log.index_after(self.mark_delete) :]:
-            pos = entry.position
+        for pos, count in self.log.positions(self.log.index_after(self.mark_delete)):
             if pos in self.acked:
                 continue
             mask = self.batch_acks.get(pos)
-            total += bin(mask).count("1") if mask is not None else entry.num_messages
+            total += bin(mask).count("1") if mask is not None else count
         return total
 
     # -- dispatch -----------------------------------------------------------------
@@ -398,13 +406,13 @@ class Subscription:
             return None
         if self.sub_type in (SubType.Exclusive, SubType.Failover):
             c = self._active
-            return c if c is not None and c.permits > 0 else None
+            return c if c is not None and c.ready() else None
         if self.sub_type == SubType.Key_Shared:
-            slot = murmur3_32(entry.key) % KEY_HASH_RANGE
+            slot = entry.key_hash % KEY_HASH_RANGE
             if self.consumers[0].hash_ranges is not None:  # STICKY: the consumer owning the slot, if any
                 found = self._sticky_at_or_before(slot)
                 owner = found[2] if found is not None and found[1] >= slot else None
-                return owner if owner is not None and owner.permits > 0 else None
+                return owner if owner is not None and owner.ready() else None
             ordered = self._sorted_for_failover()
             c = ordered[slot * len(ordered) // KEY_HASH_RANGE]
             limit = self._recently_joined.get(c)
@@ -414,11 +422,11 @@ class Subscription:
                     limit = min(limit, *self._recently_joined.values())
                 if entry.position > limit:
                     return None
-            return c if c.permits > 0 else None
+            return c if c.ready() else None
         n = len(self.consumers)
         for k in range(n):
             c = self.consumers[(self._rr + k) % n]
-            if c.permits > 0:
+            if c.ready():
                 self._rr = (self._rr + k + 1) % n
                 return c
         return None
@@ -439,8 +447,8 @@ class Subscription:
                 continue
             return entry, True
         idx = self.log.index_after(self.read_pos)
-        while idx < len(self.log.entries):
-            entry = self.log.entries[idx]
+        while idx < len(self.log):
+            entry = self.log.entry(idx)
             if not self.is_acked(entry.position):
                 return entry, False
             self.read_pos = entry.position

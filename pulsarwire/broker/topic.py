@@ -102,7 +102,7 @@ class Topic:
         self.save_state()
 
     def position_before_index(self, idx: int) -> Position:
-        return self.log.entries[idx - 1].position if idx > 0 else (-1, -1)
+        return self.log.position(idx - 1) if idx > 0 else (-1, -1)
 
     def dispatch_all(self) -> None:
         for sub in list(self.subscriptions.values()):

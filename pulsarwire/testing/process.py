@@ -2,10 +2,10 @@
 
 ``broker_process(*args)`` starts it on a free loopback port (``--port 0``) with the given
 extra command-line arguments, waits for its ``ready on pulsar://...`` line and yields that
-URL; the broker is stopped (:func:`stop_process`: SIGTERM, then SIGKILL) when the block
-ends. Its logs go to stderr, which is discarded unless a file is given, and a thread keeps
-reading its stdout, so nothing can fill a pipe while it runs; a broker that prints nothing
-still meets the deadline.
+URL (``broker_subprocess`` yields the process too, for its pid); the broker is stopped
+(:func:`stop_process`: SIGTERM, then SIGKILL) when the block ends. Its logs go to stderr,
+which is discarded unless a file is given, and a thread keeps reading its stdout, so nothing
+can fill a pipe while it runs; a broker that prints nothing still meets the deadline.
 """
 
 from __future__ import annotations
@@ -35,6 +35,21 @@ def broker_process(
     ``stderr`` (its log) is discarded unless given a file. Raises RuntimeError when it does not
     report ready within ``start_timeout`` seconds.
     """
+    with broker_subprocess(*args, start_timeout=start_timeout, preexec_fn=preexec_fn, stderr=stderr) as (
+        url,
+        _proc,
+    ):
+        yield url
+
+
+@contextlib.contextmanager
+def broker_subprocess(
+    *args: str,
+    start_timeout: float = 30.0,
+    preexec_fn: Callable[[], None] | None = None,
+    stderr: Any = subprocess.DEVNULL,
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """:func:`broker_process` that also yields the process (for its pid: RSS, open files)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "pulsarwire.broker", "--port", "0", *args],
         stdout=subprocess.PIPE,
@@ -56,7 +71,7 @@ def broker_process(
                 break
             match = READY.search(line)
             if match:
-                yield match.group(1)
+                yield match.group(1), proc
                 return
         raise RuntimeError(
             f"the pulsarwire broker did not report 'ready on' within {start_timeout:g} s"

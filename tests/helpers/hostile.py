@@ -22,7 +22,7 @@ from typing import Any
 from pulsarwire.codec import Frame, encode_payload_command, new_command
 from pulsarwire.codec.frames import U32, encode_with_stored_entry
 from pulsarwire.proto import pb
-from pulsarwire.testing.process import broker_process
+from pulsarwire.testing.process import broker_subprocess
 from tests.helpers.raw import RawConnection
 
 T = pb.BaseCommand
@@ -35,10 +35,18 @@ BYSTANDER_LIMIT = 2.0
 def broker_url(*args: str, **process: Any) -> Iterator[str]:
     """A broker process started with ``args``; yields its ``pulsar://127.0.0.1:PORT``.
 
-    ``process`` goes to :func:`~pulsarwire.testing.process.broker_process` (``preexec_fn``,
-    ``stderr``)."""
-    with broker_process("--keepalive", "60", *args, **process) as url:
+    ``process`` goes to :func:`~pulsarwire.testing.process.broker_subprocess` (``preexec_fn``
+    runs in the child before the broker starts, e.g. to lower a resource limit; ``stderr``).
+    """
+    with broker_with_pid(*args, **process) as (url, _pid):
         yield url
+
+
+@contextlib.contextmanager
+def broker_with_pid(*args: str, **process: Any) -> Iterator[tuple[str, int]]:
+    """:func:`broker_url` that also yields the broker's pid (for /proc/PID: memory, open files)."""
+    with broker_subprocess("--keepalive", "60", *args, **process) as (url, proc):
+        yield url, proc.pid
 
 
 def connect(url: str, **kw: Any) -> RawConnection:

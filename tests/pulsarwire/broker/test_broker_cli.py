@@ -41,6 +41,8 @@ FLAGS = [
     "--max-message-size",
     "--entries-per-ledger",
     "--fsync",
+    "--cache-size-mb",
+    "--max-open-logs",
     "--keepalive",
     "--stats",
 ]

@@ -10,6 +10,7 @@ tests prove regex subscriptions and Key_Shared sticky ranges still work for real
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import re
@@ -460,30 +461,27 @@ def test_seek_to_absurd_positions(url: str, conn: RawConnection, target: dict[st
 
 
 # -- failures no handler foresaw ----------------------------------------------------------------------
-def test_a_topic_name_too_long_for_the_file_system_fails_that_request_only(tmp_path: Path) -> None:
-    with broker_url("--data-dir", str(tmp_path)) as url:
-        conn = connect(url)
-        try:
-            good = new_topic("fine")
-            assert producer(conn, good, producer_id=1).type == T.PRODUCER_SUCCESS
-            code, message = error_of(producer(conn, f"persistent://{NS}/" + "x" * 400, producer_id=2))
-            assert code == pb.InvalidTopicName and "too long" in message
-            assert producer(conn, new_topic("fine"), producer_id=3).type == T.PRODUCER_SUCCESS
-            ping(conn)
-        finally:
-            conn.close()
-        assert_bystander_served(url)
-
-
-def test_an_unexpected_failure_is_logged_once_with_its_traceback(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_an_unexpected_failure_is_logged_once_with_its_traceback_and_fails_that_request_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """(Topic names too long for the file system used to be such a failure; they are stored now,
+    see test_hostile_resources.py.) A broker bug is simulated where a topic is opened."""
+    real_get_topic = Broker.get_topic
+
+    def get_topic(self: Broker, name: str, *, create: bool) -> object:
+        if name.endswith("/doomed"):
+            raise OSError(errno.ENAMETOOLONG, "File name too long")
+        return real_get_topic(self, name, create=create)
+
+    monkeypatch.setattr(Broker, "get_topic", get_topic)
     with Broker(data_dir=tmp_path) as b:
         conn = RawConnection.to(b.service_url)
         try:
             with caplog.at_level(logging.ERROR, logger="pulsarwire.broker"):
-                frame = producer(conn, f"persistent://{NS}/" + "y" * 400)
-            assert error_of(frame)[0] == pb.InvalidTopicName
+                frame = producer(conn, f"persistent://{NS}/doomed")
+            code, message = error_of(frame)
+            assert code == pb.InvalidTopicName and "too long" in message
+            assert producer(conn, new_topic("fine"), producer_id=3).type == T.PRODUCER_SUCCESS
             errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
             assert len(errors) == 1 and errors[0].exc_info is not None
             assert "PRODUCER" in errors[0].getMessage()

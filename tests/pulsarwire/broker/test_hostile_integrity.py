@@ -212,6 +212,8 @@ def test_a_send_without_the_optional_checksum_is_stored_as_sent_and_a_wrong_chec
 
 
 class _Recorder:
+    writable = True
+
     def __init__(self) -> None:
         self.sent: list[tuple[int, int]] = []
 
