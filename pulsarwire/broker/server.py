@@ -28,6 +28,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -74,7 +75,7 @@ from .subscription import (
     Subscription,
     sticky_ranges_refusal,
 )
-from .topic import ProducerRef, Topic
+from .topic import ProducerRef, Topic, note_sequence
 from .watch import (
     MAX_TOPICS_PATTERN_LENGTH,
     MAX_WATCHERS_PER_CONNECTION,
@@ -545,6 +546,7 @@ class Broker:
         if not create:
             return None
         tn = TopicName.parse(name)
+        last_sequence: dict[str, int] = {}
         log_ = TopicLog(
             name,
             data_dir=self.config.data_dir,
@@ -552,8 +554,15 @@ class Broker:
             fsync=self.config.fsync,
             cache=self.entry_cache,
             files=self.open_files,
+            on_recover=partial(note_sequence, last_sequence),
         )
-        topic = Topic(name, log_, partition_index=tn.partition_index, data_dir=self.config.data_dir)
+        topic = Topic(
+            name,
+            log_,
+            partition_index=tn.partition_index,
+            data_dir=self.config.data_dir,
+            last_sequence=last_sequence,
+        )
         self.topics[name] = topic
         self._topic_created(name)
         return topic

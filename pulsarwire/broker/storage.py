@@ -334,6 +334,7 @@ class TopicLog:
     """The entries of one topic (a partition of a partitioned topic is a topic of its own).
 
     ``cache`` and ``files`` are shared by the broker's topics (a log gets its own when not given).
+    ``on_recover`` is called with the metadata of every entry read back from disk at open.
     Raises StorageError when the topic's directory cannot be created or its log read.
     """
 
@@ -346,8 +347,10 @@ class TopicLog:
         fsync: bool = False,
         cache: EntryCache | None = None,
         files: OpenFiles | None = None,
+        on_recover: Callable[[pb.MessageMetadata], None] | None = None,
     ) -> None:
         self.topic = topic
+        self._on_recover = on_recover
         self.trimmed = 0  # entries removed from the head (retention)
         self.entries_per_ledger = entries_per_ledger
         self.fsync = fsync
@@ -432,6 +435,8 @@ class TopicLog:
                     except PulsarWireError:
                         break
                     self._index(position, entry_facts(md))
+                    if self._on_recover is not None:
+                        self._on_recover(md)
                     self._offsets.append(offset)
                     self._lengths.append(length - POSITION.size)
                 self.ledger_id = max(self.ledger_id, position[0])

@@ -14,6 +14,20 @@ from .storage import Entry, TopicLog, topic_dir
 from .subscription import Position, Subscription
 
 
+def note_sequence(last_sequence: dict[str, int], md: pb.MessageMetadata) -> None:
+    """Record a stored entry's highest sequence id under its producer's name (deduplication).
+
+    The broker stores only entries whose metadata names the producer that sent them, so the name
+    is the sender's. All chunks of a message share its sequence id: as Pulsar does, only the last
+    chunk records it, or the second chunk would be taken for a duplicate of the first.
+    """
+    if md.HasField("num_chunks_from_msg") and md.chunk_id < md.num_chunks_from_msg - 1:
+        return
+    seq = max(md.sequence_id, md.highest_sequence_id)
+    if seq > last_sequence.get(md.producer_name, -1):
+        last_sequence[md.producer_name] = seq
+
+
 @dataclass(eq=False)
 class ProducerRef:
     producer_id: int
@@ -41,28 +55,13 @@ class Topic:
     _dirty: bool = False
 
     def __post_init__(self) -> None:
-        for entry in self.log.entries:
-            self.note_sequence(entry)
+        # last_sequence of a stored topic comes filled: note_sequence ran for each entry as the
+        # log was recovered (TopicLog's on_recover), so the bodies are not read a second time.
         self._load_state()
-
-    # -- dedup ---------------------------------------------------------------------
-    @staticmethod
-    def highest_sequence(md: pb.MessageMetadata) -> int:
-        return max(md.sequence_id, md.highest_sequence_id)
-
-    def note_sequence(self, entry: Entry) -> None:
-        md = entry.metadata
-        if md.HasField("num_chunks_from_msg") and md.chunk_id < md.num_chunks_from_msg - 1:
-            # All chunks share the message's sequence id: as Pulsar does, only the last chunk
-            # records it, or the second chunk would be taken for a duplicate of the first.
-            return
-        seq = self.highest_sequence(md)
-        if seq > self.last_sequence.get(md.producer_name, -1):
-            self.last_sequence[md.producer_name] = seq
 
     def append(self, data: bytes, md: pb.MessageMetadata) -> Entry:
         entry = self.log.append(data, md)
-        self.note_sequence(entry)
+        note_sequence(self.last_sequence, md)
         self.msg_in += entry.num_messages
         self.bytes_in += len(data)
         return entry
