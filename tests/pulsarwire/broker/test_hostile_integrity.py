@@ -250,6 +250,54 @@ def test_stored_entries_with_odd_counts_never_drive_permits_negative_or_around_f
     assert len(recorder.sent) == 5 and consumer.permits == 4
 
 
+def test_stored_odd_counts_cost_one_permit_each_in_a_broker_process(tmp_path: Path) -> None:
+    """The same from outside: a data dir written by an older version (entries with batch counts
+    -5, 0, 1000) served by a broker process to a raw consumer that grants permits one FLOW at a time."""
+    topic = "persistent://public/default/old-counts"
+    log = TopicLog(topic, data_dir=tmp_path)
+    for count in (-5, 0, 1000, -1):
+        md = _md("old", 0, num_messages_in_batch=count)
+        log.append(encode_payload_section(md, b"x"), md)
+    log.close()
+    with broker_url("--data-dir", str(tmp_path)) as url:
+        conn = connect(url)
+        cmd, sub = new_command(T.SUBSCRIBE)
+        sub.topic, sub.subscription, sub.consumer_id, sub.request_id = topic, "s", 1, 1
+        sub.subType = pb.CommandSubscribe.Exclusive
+        sub.initialPosition = pb.CommandSubscribe.Earliest
+        conn.send(cmd)
+        conn.expect(T.SUCCESS)
+
+        def flow(permits: int) -> None:
+            f, req = new_command(T.FLOW)
+            req.consumer_id, req.messagePermits = 1, permits
+            conn.send(f)
+
+        def received(within: float = 0.5) -> int:
+            deadline = time.monotonic() + within
+            while time.monotonic() < deadline:
+                conn._read(0.05)
+            got = [f for f in conn.frames if f.type == T.MESSAGE]
+            conn.frames = [f for f in conn.frames if f.type != T.MESSAGE]
+            return len(got)
+
+        assert received() == 0
+        flow(2)
+        assert received() == 2  # -5 and 0: one permit each, no credit gained
+        flow(1)
+        assert received() == 1  # the batch of 1000 on the one permit left
+        stats, req = new_command(T.CONSUMER_STATS)
+        req.consumer_id, req.request_id = 1, 9
+        conn.send(stats)
+        assert conn.expect(T.CONSUMER_STATS_RESPONSE).command.consumerStatsResponse.availablePermits == 0
+        assert received() == 0
+        flow(1)
+        assert received() == 1
+        ping(conn)
+        assert_bystander_served(url)
+        conn.close()
+
+
 def test_an_unusable_data_dir_refuses_to_start_with_one_line(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
