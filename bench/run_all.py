@@ -1,7 +1,7 @@
 """``make bench``: run every benchmark, print the figures and write them to bench/results.md.
 
 Each benchmark is a separate process (``bench/codec.py``, ``bench/produce.py``,
-``bench/consume.py``, ``bench/memory.py``, ``bench/broker_resources.py``,
+``bench/consume.py``, ``bench/memory.py``, ``bench/broker_resources.py``, ``bench/hostile.py``,
 ``bench/spark_ingest.py``); their output is copied verbatim under a heading, after the
 machine line. Sizes are moderate so the whole run takes a few minutes; pass ``--full`` for
 the sizes the issues name (1M messages, 5M for memory).
@@ -41,6 +41,7 @@ def main() -> None:
         ("Consume (bench/consume.py)", run("consume.py", "--messages", n)),
         ("Memory (bench/memory.py)", run("memory.py", "--messages", "5000000" if args.full else "1000000")),
         ("Broker resources (bench/broker_resources.py)", run("broker_resources.py")),
+        ("Hostile input (bench/hostile.py)", run("hostile.py")),
         # Two sizes (a fifth, and all) separate Spark's fixed cost per query from the rate: 1M rows
         # even by default, or the fixed seconds dominate and the fit is noise.
         ("Spark ingest (bench/spark_ingest.py)", run("spark_ingest.py", "--messages", "1000000")),
