@@ -15,7 +15,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[spark,test,dev]'
+	$(PY) -m pip install --quiet -e '.[spark,delta-spark,crypto,test,dev]'
 	touch $(STAMP)
 
 test: $(STAMP)

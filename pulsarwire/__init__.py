@@ -8,9 +8,8 @@ never imports pyspark.
 
 from __future__ import annotations
 
+from pulsarwire._version import __version__
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import PulsarWireError
-
-__version__ = "0.1.0"
 
 __all__ = ["MessageId", "PulsarWireError", "__version__"]

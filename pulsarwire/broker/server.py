@@ -32,6 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
+from pulsarwire._version import __version__
 from pulsarwire.codec.batch import MIN_ENTRY_SIZE
 from pulsarwire.codec.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -90,7 +91,7 @@ from .watch import (
 
 log = logging.getLogger("pulsarwire.broker")
 
-SERVER_VERSION = "pulsarwire-broker/0.1"
+SERVER_VERSION = f"pulsarwire-broker/{__version__}"
 #: Outgoing bytes buffered per connection before dispatch to it pauses (see Sender.writable).
 WRITE_BUFFER_HIGH = 1024 * 1024
 T = pb.BaseCommand

@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
+from pulsarwire._version import __version__
 from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE, new_command
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
@@ -41,7 +42,7 @@ from .schema import SchemaInfo
 log = logging.getLogger("pulsarwire.client")
 T = pb.BaseCommand
 MAX_REDIRECTS = 20
-CLIENT_VERSION = "pulsarwire-0.1.0"
+CLIENT_VERSION = f"pulsarwire-{__version__}"
 
 
 def parse_service_url(url: str) -> list[str]:
