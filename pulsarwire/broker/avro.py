@@ -40,6 +40,7 @@ runs out; pairs of records are memoized, so recursive and shared types cost once
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,13 +123,13 @@ def from_json(doc: Any) -> Schema:
     return _Parser().parse(doc, None)
 
 
+#: Pulsar's CompatibleNameValidator: a letter, ``_`` or ``$``, then letters, digits, ``_`` or ``$``.
+_NAME = re.compile(r"(?:[^\W\d]|\$)(?:\w|\$)*")
+
+
 def valid_name(name: str) -> bool:
-    """Pulsar's CompatibleNameValidator: a letter, ``_`` or ``$``, then letters, digits, ``_`` or ``$``."""
-    return (
-        bool(name)
-        and (name[0].isalpha() or name[0] in "_$")
-        and all(c.isalnum() or c in "_$" for c in name[1:])
-    )
+    """Whether ``name`` passes Pulsar's CompatibleNameValidator (letters in any script, as Java's)."""
+    return _NAME.fullmatch(name) is not None
 
 
 def _short(doc: Any) -> str:

@@ -179,7 +179,9 @@ class SchemaRegistry:
             self._check(owner, checked, new, strategy)
         version = len(history)
         self._append_to_log(owner, version, schema)
-        self._add(owner, SchemaVersion(schema, version))
+        self._add(owner, SchemaVersion(schema, version), new.identity)
+        if new.definition is not None:
+            self._remember(owner, version, new.definition)  # the next registration compares with it
         return version
 
     def check_consumer(self, topic: str, schema: pb.Schema, strategy: Compatibility) -> None:
@@ -220,7 +222,7 @@ class SchemaRegistry:
                 )
         if strategy is Compatibility.ALWAYS_INCOMPATIBLE:
             raise IncompatibleSchemaError("Schema compatibility strategy is ALWAYS_INCOMPATIBLE")
-        if len(versions) == 1 and _identity(versions[0].schema) == new.identity:
+        if len(versions) == 1 and self._known.get(owner, {}).get(new.identity) == versions[0].version:
             return  # the same schema (Pulsar: the same SchemaHash)
         if new.schema.type not in _JSON_DEFINED:
             return  # Pulsar's default check: the same type is enough
@@ -264,14 +266,17 @@ class SchemaRegistry:
             self._parsed.move_to_end(key)
             return found
         parsed = _Candidate.of(sv.schema, None).parsed()
-        self._parsed[key] = parsed
-        if len(self._parsed) > PARSED_CACHE_SIZE:
-            self._parsed.popitem(last=False)
+        self._remember(owner, sv.version, parsed)
         return parsed
 
-    def _add(self, owner: str, sv: SchemaVersion) -> None:
+    def _remember(self, owner: str, version: int, parsed: avro.Schema) -> None:
+        self._parsed[(owner, version)] = parsed
+        if len(self._parsed) > PARSED_CACHE_SIZE:
+            self._parsed.popitem(last=False)
+
+    def _add(self, owner: str, sv: SchemaVersion, identity: tuple[int, bytes] | None = None) -> None:
         self._history.setdefault(owner, []).append(sv)
-        self._known.setdefault(owner, {}).setdefault(_identity(sv.schema), sv.version)
+        self._known.setdefault(owner, {}).setdefault(identity or _identity(sv.schema), sv.version)
 
     # -- storage -------------------------------------------------------------------------
     def _append_to_log(self, owner: str, version: int, schema: pb.Schema) -> None:
@@ -371,7 +376,7 @@ def _depth(value: Any) -> int:
         deepest = max(deepest, depth)
         if deepest > MAX_DEFINITION_DEPTH:
             return deepest
-        stack.extend((child, depth + 1) for child in children)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return deepest
 
 
@@ -446,7 +451,11 @@ class _Candidate:
     @property
     def identity(self) -> tuple[int, bytes]:
         if self._identity is None:
-            self._identity = _identity(self.schema)
+            if self.document is not None and self.schema.type in _JSON_DEFINED:
+                canonical = json.dumps(self.document, sort_keys=True, separators=(",", ":")).encode()
+                self._identity = (self.schema.type, canonical)
+            else:
+                self._identity = _identity(self.schema)
         return self._identity
 
     def validate(self) -> None:

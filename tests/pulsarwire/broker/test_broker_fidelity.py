@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from pulsarwire.broker import (
 from pulsarwire.codec import new_command
 from pulsarwire.proto import pb
 from pulsarwire.testing.process import broker_process
+from tests.helpers.hostile import assert_bystander_served, broker_url, connect, ping
 from tests.helpers.raw import RawConnection
 from tests.pulsarwire.broker.support import (
     QUIET,
@@ -177,6 +179,29 @@ def test_the_strategy_is_set_per_namespace_and_topic() -> None:
                         client.create_producer(topic, schema=without_qty)
         finally:
             client.close()
+
+
+def test_a_comparison_too_complex_is_refused_and_the_broker_stays_responsive() -> None:
+    """Two unions of 3000 records each: resolving every writer branch against every reader branch is
+    9 million record pairs; the broker stops at its step budget instead of freezing everyone."""
+
+    def unions(letter: str) -> bytes:
+        branches = [
+            record(f"{letter}{i}", {"name": f"{letter.lower()}{i}", "type": "int"}) for i in range(3000)
+        ]
+        return json.dumps(record("Top", {"name": "u", "type": branches})).encode()
+
+    with broker_url() as url:
+        conn = connect(url)
+        try:
+            topic = new_topic("complex")
+            assert not get_or_create_schema(conn, topic, unions("W")).HasField("error_code")
+            resp = get_or_create_schema(conn, topic, unions("R"))
+            assert resp.error_code == E.IncompatibleSchema and "too complex" in resp.error_message
+            ping(conn)
+        finally:
+            conn.close()
+        assert_bystander_served(url)
 
 
 # -- 2. consumer schemas -----------------------------------------------------------------------
@@ -568,6 +593,14 @@ def get_schema(url: str, topic: str) -> Any:
         return Found
     finally:
         conn.close()
+
+
+def get_or_create_schema(conn: RawConnection, topic: str, data: bytes) -> Any:
+    cmd, req = new_command(T.GET_OR_CREATE_SCHEMA)
+    req.request_id, req.topic = next(_request_ids), topic
+    req.schema.name, req.schema.type, req.schema.schema_data = "s", pb.Schema.Avro, data
+    conn.send(cmd)
+    return conn.expect(T.GET_OR_CREATE_SCHEMA_RESPONSE).command.getOrCreateSchemaResponse
 
 
 def partitioned_metadata_failure(conn: RawConnection, topic: str) -> tuple[int, str]:
