@@ -39,6 +39,8 @@ from .schemas import Compatibility
 #: The namespace a standalone Pulsar starts with.
 DEFAULT_NAMESPACE = "public/default"
 NAMES_FILE = "namespaces.json"
+#: Topics whose effective policies are remembered (every SEND asks for its topic's).
+EFFECTIVE_CACHE_SIZE = 10_000
 
 
 class PolicySyntaxError(PulsarWireError, ValueError):
@@ -107,6 +109,7 @@ class Namespaces:
     ) -> None:
         self._names: set[str] = {check_namespace(n) for n in names}
         self._policies: dict[str, Policies] = {}
+        self._effective: dict[tuple[str, Policies], Policies] = {}
         for scope, p in (policies or {}).items():
             self.set_policies(scope, p)
 
@@ -136,6 +139,7 @@ class Namespaces:
         key = parse_scope(scope)
         self.require(key if "://" not in key else TopicName.parse(key).namespace_name)
         self._policies[key] = policies
+        self._effective.clear()
 
     def policies_of(self, scope: str) -> Policies:
         """The policies set on ``scope`` itself (nothing inherited)."""
@@ -143,10 +147,16 @@ class Namespaces:
 
     def effective(self, topic: str, broker: Policies) -> Policies:
         """The policies that apply to ``topic``: its own, else its namespace's, else ``broker``'s."""
-        name = TopicName.parse(topic)
-        own = self._policies.get(str(name.partitioned_parent), Policies())
-        namespace = self._policies.get(name.namespace_name, Policies())
-        return own.over(namespace.over(broker))
+        found = self._effective.get((topic, broker))
+        if found is None:
+            name = TopicName.parse(topic)
+            own = self._policies.get(str(name.partitioned_parent), Policies())
+            namespace = self._policies.get(name.namespace_name, Policies())
+            found = own.over(namespace.over(broker))
+            if len(self._effective) >= EFFECTIVE_CACHE_SIZE:
+                self._effective.clear()
+            self._effective[(topic, broker)] = found
+        return found
 
 
 def read_names(data_dir: Path) -> list[str]:
