@@ -521,6 +521,27 @@ def test_a_credential_that_fails_is_refused_not_taken_for_anonymous(
         anonymous.close()
 
 
+def test_the_flags_wire_listeners_tls_authentication_and_the_anonymous_role(certs: dict[str, str]) -> None:
+    args = ["--tls-port", "0", "--tls-cert", certs["server"], "--tls-key", certs["server"]]
+    args += ["--tls-trust-certs", certs["ca"], "--auth-tls", "--anonymous-role", "guest"]
+    args += ["--grant", "guest:public/default:consume", "--grant", "carol:public/default:produce"]
+    args += ["--advertised-listeners", "external:pulsar://pulsar.example.com:6650"]
+    with broker_process(*args) as url:
+        conn = RawConnection.to(url)  # no credentials: the anonymous role
+        try:
+            answer = lookup(conn, new_topic("flags"), "external")
+            assert answer.response == pb.CommandLookupTopicResponse.Connect
+            assert answer.brokerServiceUrl == "pulsar://pulsar.example.com:6650"
+            assert not answer.HasField("brokerServiceUrlTls")
+            assert lookup(conn, new_topic("flags"), None).brokerServiceUrl == url
+            cmd, req = new_command(T.PRODUCER)
+            req.topic, req.producer_id, req.request_id = new_topic("flags"), 1, next(_request_ids)
+            conn.send(cmd)
+            assert conn.expect(T.ERROR).command.error.error == E.AuthorizationError  # guest only consumes
+        finally:
+            conn.close()
+
+
 # -- 7. deduplication per namespace and topic -------------------------------------------------------
 def test_deduplication_is_a_namespace_and_topic_policy(
     start_broker: Callable[..., Broker], make_client: Callable[[Broker], pulsar.Client]
