@@ -331,13 +331,21 @@ def test_topic_lists_by_mode_and_regex_consumers_by_subscription_mode(
         f"persistent://public/default/{stem}-p",
         f"non-persistent://public/default/{stem}-n",
     )
-    for topic in (persistent, transient):
-        client.create_producer(topic)
     raw = RawConnection.to(shared_broker.service_url)
     try:
+        cmd, w = new_command(T.WATCH_TOPIC_LIST)
+        w.request_id, w.watcher_id, w.namespace = next(_request_ids), 1, "public/default"
+        w.topics_pattern = f"persistent://public/default/{stem}-.*"
+        raw.send(cmd)
+        raw.expect(T.WATCH_TOPIC_LIST_SUCCESS)
+        for topic in (transient, persistent):
+            client.create_producer(topic)
+        update = raw.expect(T.WATCH_TOPIC_UPDATE).command.watchTopicUpdate
+        assert list(update.new_topics) == [persistent]  # watchers see persistent topics only, as Pulsar's
         listed = {
             mode: set(topics_of_namespace(raw, mode, f"public/default/{stem}-.*")) for mode in Mode.values()
         }
+        assert not [f for f in raw.frames if f.type == T.WATCH_TOPIC_UPDATE]
     finally:
         raw.close()
     assert listed == {
