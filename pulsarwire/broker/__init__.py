@@ -5,10 +5,26 @@
 
 from __future__ import annotations
 
-from .auth import TokenAuth
+from .auth import Authentication, TlsAuth, TokenAuth
 from .authz import Grant, Grants
 from .cluster import Cluster
 from .faults import Faults
-from .server import Broker, BrokerConfig
+from .policies import NamespaceNotFound, Policies
+from .schemas import Compatibility
+from .server import Broker, BrokerConfig, Listener
 
-__all__ = ["Broker", "BrokerConfig", "Cluster", "Faults", "Grant", "Grants", "TokenAuth"]
+__all__ = [
+    "Authentication",
+    "Broker",
+    "BrokerConfig",
+    "Cluster",
+    "Compatibility",
+    "Faults",
+    "Grant",
+    "Grants",
+    "Listener",
+    "NamespaceNotFound",
+    "Policies",
+    "TlsAuth",
+    "TokenAuth",
+]

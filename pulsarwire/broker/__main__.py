@@ -5,8 +5,12 @@ prints per-topic counters periodically (JSON lines on stderr).
 
 Security: token authentication takes its key from a file (``--auth-token-secret-file``,
 ``--auth-token-public-key``) or the environment (``PULSARWIRE_TOKEN_SECRET``), so no secret
-needs to appear in ``ps``; ``--grant`` / ``--superuser`` say who may do what. Mistakes in these
-flags are one line on stderr and exit status 2 (:class:`_Parser`).
+needs to appear in ``ps``; ``--auth-tls`` adds TLS client certificates, ``--anonymous-role`` lets
+clients without credentials in; ``--grant`` / ``--superuser`` say who may do what.
+
+Tenancy: ``--namespace TENANT/NS`` creates namespaces besides ``public/default``;
+``--dedup-policy`` and ``--schema-compatibility-policy`` set policies on namespaces and topics.
+Mistakes in any flag are one line on stderr and exit status 2 (:class:`_Parser`).
 """
 
 from __future__ import annotations
@@ -19,11 +23,24 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from .auth import TokenAuth, TokenKeyError, read_key
+from pulsarwire.errors import InvalidTopicName
+
+from .auth import Authentication, Authenticator, Provider, TlsAuth, TokenAuth, TokenKeyError, read_key
 from .authz import Grant, Grants, GrantSyntaxError
-from .server import Broker, BrokerConfig, BrokerStartError
+from .naming import TopicName
+from .policies import (
+    DEFAULT_NAMESPACE,
+    Policies,
+    PolicySyntaxError,
+    check_namespace,
+    parse_scope,
+    parse_switch,
+    read_names,
+)
+from .schemas import Compatibility
+from .server import INTERNAL_LISTENER, Broker, BrokerConfig, BrokerStartError, Listener
 from .storage import DEFAULT_CACHE_BYTES, DEFAULT_MAX_OPEN_LOGS
 
 #: Environment variable holding the token secret key (same forms as --auth-token-secret).
@@ -60,6 +77,49 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not positive")
     return value
+
+
+def _namespace(text: str) -> str:
+    try:
+        return check_namespace(text)
+    except PolicySyntaxError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _strategy(text: str) -> Compatibility:
+    try:
+        return Compatibility.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _setting(parse_value: Any) -> Any:
+    """An argparse type for ``SCOPE=VALUE`` (a namespace or topic, and a value read by ``parse_value``)."""
+
+    def parse(text: str) -> tuple[str, Any]:
+        scope, sep, value = text.rpartition("=")
+        if not sep or not scope:
+            raise argparse.ArgumentTypeError(f"{text!r} is not SCOPE=VALUE (SCOPE: TENANT/NS or a topic)")
+        try:
+            return parse_scope(scope), parse_value(value)
+        except (PolicySyntaxError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+    return parse
+
+
+def _listeners(text: str) -> dict[str, Listener]:
+    """Pulsar's advertisedListeners: ``NAME:pulsar://HOST:PORT,NAME:pulsar+ssl://HOST:PORT,...``."""
+    urls: dict[str, dict[str, str]] = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        name, sep, url = item.partition(":")
+        scheme = url.partition("://")[0].lower()
+        if not sep or not name.strip() or scheme not in ("pulsar", "pulsar+ssl", "http", "https"):
+            raise argparse.ArgumentTypeError(f"{item!r} is not NAME:pulsar://HOST:PORT (or pulsar+ssl://)")
+        if scheme in urls.setdefault(name.strip(), {}):
+            raise argparse.ArgumentTypeError(f"listener {name.strip()!r} has two {scheme}:// addresses")
+        urls[name.strip()][scheme] = url.strip()
+    return {n: Listener(u.get("pulsar"), u.get("pulsar+ssl")) for n, u in urls.items()}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,7 +163,46 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-auto-topic-creation", action="store_true", help="refuse topics that were not created beforehand"
     )
     p.add_argument(
-        "--dedup", action="store_true", help="enable message deduplication by producer name + sequence id"
+        "--dedup",
+        action="store_true",
+        help="deduplicate messages by producer name + sequence id on every topic without a --dedup-policy"
+        " (Pulsar's brokerDeduplicationEnabled)",
+    )
+    p.add_argument(
+        "--namespace",
+        type=_namespace,
+        action="append",
+        default=[],
+        metavar="TENANT/NS",
+        help=f"create this namespace (and its tenant) at start, besides {DEFAULT_NAMESPACE}; topics of"
+        " namespaces that do not exist are refused with TopicNotFound, as Pulsar (repeatable)",
+    )
+    p.add_argument(
+        "--dedup-policy",
+        type=_setting(parse_switch),
+        action="append",
+        default=[],
+        metavar="SCOPE=on|off",
+        help="deduplication of a namespace (TENANT/NS) or topic (TENANT/NS/TOPIC or persistent://...),"
+        " over --dedup; a topic's over its namespace's (repeatable)",
+    )
+    p.add_argument(
+        "--schema-compatibility",
+        type=_strategy,
+        default=Compatibility.FULL,
+        metavar="STRATEGY",
+        help="schema compatibility strategy of every topic without a policy: ALWAYS_INCOMPATIBLE,"
+        " ALWAYS_COMPATIBLE, BACKWARD, FORWARD, FULL (default, as Pulsar), or BACKWARD_TRANSITIVE,"
+        " FORWARD_TRANSITIVE, FULL_TRANSITIVE",
+    )
+    p.add_argument(
+        "--schema-compatibility-policy",
+        type=_setting(Compatibility.parse),
+        action="append",
+        default=[],
+        metavar="SCOPE=STRATEGY",
+        help="schema compatibility strategy of a namespace or topic, over --schema-compatibility"
+        " (repeatable)",
     )
     p.add_argument(
         "--entries-per-ledger", type=int, default=50_000, help="start a new ledger after this many entries"
@@ -135,6 +234,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-port", type=int, default=None, help="also listen for pulsar+ssl:// on this port")
     p.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain for the TLS listener")
     p.add_argument("--tls-key", type=Path, default=None, help="PEM private key for the TLS listener")
+    p.add_argument(
+        "--tls-trust-certs",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="PEM CAs that sign client certificates: the TLS listener asks clients for one (a certificate"
+        " they do not sign fails the handshake); needed by --auth-tls",
+    )
+    p.add_argument(
+        "--advertised-listeners",
+        type=_listeners,
+        default={},
+        metavar="LISTENERS",
+        help="Pulsar's advertisedListeners: NAME:pulsar://HOST:PORT[,NAME:pulsar+ssl://HOST:PORT...]; a"
+        " lookup naming a listener gets its URLs, one naming another listener is refused",
+    )
+    p.add_argument(
+        "--internal-listener-name",
+        default=INTERNAL_LISTENER,
+        metavar="NAME",
+        help=f"the listener lookups without a listener name get (default {INTERNAL_LISTENER}: this"
+        " broker's own URLs unless --advertised-listeners gives it others)",
+    )
     auth = p.add_mutually_exclusive_group()
     auth.add_argument(
         "--auth-token-secret-file",
@@ -164,6 +286,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="require tokens from a fixed list: one 'token [role]' a line",
+    )
+    p.add_argument(
+        "--auth-tls",
+        action="store_true",
+        help="authenticate TLS clients by their certificate: the role is its CN (Pulsar's"
+        " AuthenticationProviderTls); needs --tls-port and --tls-trust-certs; combines with a token flag",
+    )
+    p.add_argument(
+        "--anonymous-role",
+        default=None,
+        metavar="ROLE",
+        help="with authentication, clients without credentials (or with a method no provider takes) get"
+        " this role (Pulsar's anonymousUserRole); alone, it turns authorization on for that role",
     )
     p.add_argument(
         "--grant",
@@ -245,15 +380,65 @@ def _token_auth(p: argparse.ArgumentParser, args: argparse.Namespace) -> TokenAu
     return None
 
 
+def _authentication(p: argparse.ArgumentParser, args: argparse.Namespace) -> Authenticator | None:
+    """Token, TLS and anonymous authentication as the flags ask; a mistake is a one-line parser error."""
+    token = _token_auth(p, args)
+    if args.auth_tls and (args.tls_port is None or args.tls_trust_certs is None):
+        p.error(
+            "--auth-tls needs a TLS listener that asks for client certificates: --tls-port and"
+            " --tls-trust-certs"
+        )
+    if args.tls_trust_certs is not None and args.tls_port is None:
+        p.error("--tls-trust-certs is for the TLS listener: give --tls-port too")
+    if not args.auth_tls and args.anonymous_role is None:
+        return token
+    providers: list[Provider] = [token] if token is not None else []
+    if args.auth_tls:
+        providers.append(TlsAuth())
+    return Authentication(*providers, anonymous_role=args.anonymous_role)
+
+
+def _namespaces_and_policies(
+    p: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[tuple[str, ...], dict[str, Policies]]:
+    """The namespaces to exist and the policies the flags set; a policy or partitioned topic in a
+    namespace that does not exist is a one-line parser error."""
+    namespaces = (DEFAULT_NAMESPACE, *args.namespace)
+    known = {*namespaces, *(read_names(args.data_dir) if args.data_dir is not None else [])}
+    policies: dict[str, Policies] = {}
+
+    def in_namespace(flag: str, scope: str) -> None:
+        namespace = scope if "://" not in scope else TopicName.parse(scope).namespace_name
+        if namespace not in known:
+            p.error(f"{flag} {scope}: namespace {namespace} does not exist (add --namespace {namespace})")
+
+    for scope, on in args.dedup_policy:
+        in_namespace("--dedup-policy", scope)
+        policies[scope] = Policies(on, policies.get(scope, Policies()).schema_compatibility)
+    for scope, strategy in args.schema_compatibility_policy:
+        in_namespace("--schema-compatibility-policy", scope)
+        policies[scope] = Policies(policies.get(scope, Policies()).deduplication, strategy)
+    for spec in args.partitioned_topic:
+        name, sep, n = spec.rpartition("=")
+        if not sep or not n.isdigit() or int(n) < 1:
+            p.error(f"--partitioned-topic {spec}: not NAME=N with N >= 1")
+        try:
+            in_namespace("--partitioned-topic", str(TopicName.parse(name)))
+        except InvalidTopicName as exc:
+            p.error(f"--partitioned-topic {spec}: {exc}")
+    return namespaces, policies
+
+
 def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
     p = build_parser()
     args = p.parse_args(argv)
-    auth = _token_auth(p, args)
+    auth = _authentication(p, args)
     if auth is None and (args.grant or args.superuser):
         p.error(
             "--grant and --superuser need authentication (--auth-token-secret-file, ...):"
             " without it anyone may do anything"
         )
+    namespaces, policies = _namespaces_and_policies(p, args)
     if args.connect_timeout <= 0:
         p.error("--connect-timeout must be positive")
     if args.max_connections < 0:
@@ -275,6 +460,12 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         tls_port=args.tls_port,
         tls_cert_file=args.tls_cert,
         tls_key_file=args.tls_key,
+        tls_trust_certs_file=args.tls_trust_certs,
+        advertised_listeners=args.advertised_listeners,
+        internal_listener_name=args.internal_listener_name,
+        namespaces=namespaces,
+        policies=policies,
+        schema_compatibility=args.schema_compatibility,
         auth=auth,
         grants=Grants(tuple(args.grant), frozenset(args.superuser)),
         connect_timeout=args.connect_timeout,

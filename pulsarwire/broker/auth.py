@@ -1,6 +1,18 @@
-"""Token authentication for the broker: JWTs (verified with PyJWT) and static token lists.
+"""Authentication for the broker: tokens (JWTs verified with PyJWT, or a static list), TLS client
+certificates, and an anonymous role -- several at once, as Pulsar's ``authenticationProviders``.
 
-A client sends ``auth_method_name = "token"`` and the token as ``auth_data`` in CONNECT (and
+A client names its method in CONNECT (``auth_method_name``) and :class:`Authentication` hands the
+credential to the provider of that method, as Pulsar's ``AuthenticationService`` does:
+
+* ``token`` -- :class:`TokenAuth` (Pulsar's ``AuthenticationProviderToken``), below;
+* ``tls`` -- :class:`TlsAuth` (``AuthenticationProviderTls``): the role is the common name (CN)
+  of the certificate the client presented in the TLS handshake (the last CN of the subject, the
+  first in its RFC 2253 form, as Java reads it); a client without one is refused;
+* any other method, or none: the anonymous role when one is configured (Pulsar's
+  ``anonymousUserRole``), else AuthenticationError. A credential for a configured method that
+  does not verify is refused, never taken for anonymous.
+
+A token client sends ``auth_method_name = "token"`` and the token as ``auth_data`` in CONNECT (and
 again in AUTH_RESPONSE when challenged). :class:`TokenAuth` decides whether a token is valid
 now and until when, so the connection can send AUTH_CHALLENGE at that moment and expect a
 fresh token.
@@ -31,7 +43,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import jwt
 
@@ -40,6 +52,7 @@ from pulsarwire.errors import AuthenticationError, PulsarWireError
 #: What Pulsar's broker sends as challenge data to ask for a refreshed credential.
 REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
 TOKEN_METHOD = "token"
+TLS_METHOD = "tls"
 #: Pulsar refuses HMAC keys shorter than this (JJWT's ``Keys.hmacShaKeyFor``: 256 bits for HS256).
 MIN_SECRET_BYTES = 32
 HMAC_ALGORITHMS = ("HS256", "HS384", "HS512")
@@ -145,6 +158,18 @@ class Identity:
     expires_at: float | None  # seconds since the epoch
 
 
+#: The client certificate of a TLS connection as ``ssl`` decodes it (``getpeercert()``), or None.
+PeerCertificate = dict[str, Any] | None
+
+
+class Authenticator(Protocol):
+    """What the broker asks about a credential (CONNECT, AUTH_RESPONSE)."""
+
+    def authenticate(
+        self, method: str, data: bytes, now: float, peer_cert: PeerCertificate = None
+    ) -> Identity: ...
+
+
 @dataclass
 class TokenAuth:
     """Validates tokens: JWTs with ``secret`` (HMAC) or ``public_key`` (DER/PEM bytes), and/or
@@ -188,10 +213,18 @@ class TokenAuth:
         """The JWT algorithms accepted (empty: JWTs are not accepted, only listed tokens)."""
         return self._algorithms
 
-    def authenticate(self, method: str, data: bytes, now: float) -> Identity:
+    method = TOKEN_METHOD
+
+    def authenticate(
+        self, method: str, data: bytes, now: float, peer_cert: PeerCertificate = None
+    ) -> Identity:
         """Return the identity for a credential; raises AuthenticationError."""
         if method != TOKEN_METHOD:
             raise AuthenticationError(f"authentication method {method or '(none)'!r} is not accepted")
+        return self.verify(data, now, peer_cert)
+
+    def verify(self, data: bytes, now: float, peer_cert: PeerCertificate = None) -> Identity:
+        """The identity of a token; raises AuthenticationError."""
         token = data.decode("utf-8", "replace").strip()
         if token.startswith("token:"):
             token = token[6:]
@@ -234,3 +267,89 @@ def _time_claim(claims: dict[str, Any], name: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise AuthenticationError(f"token {name!r} claim is not a number")
     return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class TlsAuth:
+    """Pulsar's AuthenticationProviderTls: the role is the CN of the client's TLS certificate.
+
+    The broker's TLS listener must ask for client certificates (``tls_trust_certs_file``: the CAs
+    a certificate must be signed by, as Pulsar's ``tlsTrustCertsFilePath``).
+    """
+
+    method = TLS_METHOD
+
+    def authenticate(
+        self, method: str, data: bytes, now: float, peer_cert: PeerCertificate = None
+    ) -> Identity:
+        if method != TLS_METHOD:
+            raise AuthenticationError(f"authentication method {method or '(none)'!r} is not accepted")
+        return self.verify(data, now, peer_cert)
+
+    def verify(self, data: bytes, now: float, peer_cert: PeerCertificate = None) -> Identity:
+        """The identity of the presented certificate; raises AuthenticationError."""
+        if not peer_cert:
+            raise AuthenticationError("Client unable to authenticate with TLS certificate")
+        names = [
+            value
+            for rdn in peer_cert.get("subject", ())
+            for key, value in rdn
+            if key == "commonName" and value
+        ]
+        if not names:
+            raise AuthenticationError("Client unable to authenticate with TLS certificate: no CN")
+        return Identity(str(names[-1]), None)
+
+
+class Provider(Protocol):
+    """One authentication method (token, tls)."""
+
+    method: str
+
+    def verify(self, data: bytes, now: float, peer_cert: PeerCertificate = None) -> Identity: ...
+
+
+class Authentication:
+    """Several providers at once, chosen by the client's method, and the anonymous role.
+
+    ``Authentication(TokenAuth(key), TlsAuth(), anonymous_role="guest")``. Raises ValueError for two
+    providers of one method.
+    """
+
+    def __init__(self, *providers: Provider, anonymous_role: str | None = None) -> None:
+        self.providers = tuple(providers)
+        self.anonymous_role = anonymous_role or None
+        self._by_method: dict[str, Provider] = {}
+        for p in self.providers:
+            if p.method in self._by_method:
+                raise ValueError(f"two authentication providers for the method {p.method!r}")
+            self._by_method[p.method] = p
+
+    def __repr__(self) -> str:
+        return f"Authentication(methods={self.methods}, anonymous_role={self.anonymous_role!r})"
+
+    @property
+    def methods(self) -> list[str]:
+        return sorted(self._by_method)
+
+    def provider(self, method: str) -> Provider | None:
+        return self._by_method.get(method)
+
+    def authenticate(
+        self, method: str, data: bytes, now: float, peer_cert: PeerCertificate = None
+    ) -> Identity:
+        """The identity for a credential; raises AuthenticationError.
+
+        As Pulsar's ServerCnx: a method without a provider (or no method) is the anonymous role
+        when there is one; otherwise refused.
+        """
+        provider = self._by_method.get(method)
+        if provider is not None:
+            return provider.verify(data, now, peer_cert)
+        if self.anonymous_role is not None:
+            return Identity(self.anonymous_role, None)
+        accepted = ", ".join(self.methods) or "none"
+        raise AuthenticationError(
+            f"authentication method {method or '(none)'!r} is not accepted (accepted: {accepted})"
+            " and there is no anonymous role"
+        )

@@ -6,7 +6,7 @@ to the owner (authoritative), as Apache Pulsar brokers do, and refuses
 producers/consumers for it with ServiceNotReady — so clients' redirect and
 reconnect handling is exercised. All brokers run on one event loop in one
 background thread; they share the topic registry, so a moved topic keeps its
-data and cursors.
+data and cursors, and the namespaces and their policies.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class Cluster:
             b.partitioned = shared_partitioned
             b.cluster = self
             b.name = f"broker-{i}"
+            b.namespaces = self.brokers[0].namespaces if self.brokers else b.namespaces  # one metadata store
             self.brokers.append(b)
         self._owner: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None

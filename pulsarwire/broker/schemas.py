@@ -1,26 +1,41 @@
-"""The schema registry: versions of each topic's schema, checked for compatibility.
+"""The schema registry: versions of each topic's schema, checked for compatibility as Pulsar does.
 
 Pulsar keeps one schema history per topic *name without partition suffix*, so every
 partition of a partitioned topic shares its parent's schemas; so do we (:func:`schema_owner`).
 A version is the index in the history (sent as 8 big-endian bytes). Registering a schema that
-is already in the history returns its version; a new one must be compatible with the latest,
-by the broker's default strategy FULL (readable by the old and the new reader):
+is already in the history (same type and definition; AVRO/JSON definitions compared once parsed)
+returns its version; a new one must be compatible with the history under the topic's
+:class:`Compatibility` strategy (Pulsar's ``SchemaCompatibilityStrategy``; the broker's default
+is FULL, as Pulsar's ``schemaCompatibilityStrategy``), as Pulsar's ``SchemaRegistryServiceImpl``
+decides:
 
 * a schema of type NONE (bytes) is no schema: always accepted, never stored;
-* a different type than the latest is IncompatibleSchema;
-* AVRO and JSON (whose definition is an Avro record): the record keeps its name, every field
-  in one version but not the other has a default, and a field in both has the same type. Anything else that
-  differs (other types, definitions that are not records) is IncompatibleSchema.
+* ALWAYS_COMPATIBLE accepts anything; otherwise a type other than the latest version's (the
+  _TRANSITIVE strategies: than any version's) is IncompatibleSchema;
+* AVRO and JSON (whose definitions are Avro schemas) by Avro's schema resolution
+  (:mod:`pulsarwire.broker.avro`): BACKWARD -- the new schema can read data written with the
+  latest version; FORWARD -- the latest can read data written with the new one; FULL -- both;
+  the _TRANSITIVE forms check every version instead of the latest; ALWAYS_INCOMPATIBLE refuses
+  every new definition. A JSON schema in Jackson's older format (not an Avro record) is accepted
+  beside an Avro one, as Pulsar does;
+* any other type (STRING, primitives, PROTOBUF, PROTOBUF_NATIVE, KEY_VALUE...) of the same type:
+  accepted unless the strategy is ALWAYS_INCOMPATIBLE (Pulsar's default check).
 
-Avro type promotions (int → long...) are not accepted: FULL forbids them one way anyway.
+A consumer's schema (SUBSCRIBE) is checked by :meth:`SchemaRegistry.check_consumer` as Pulsar's
+``checkConsumerCompatibility``: BACKWARD against the latest version for BACKWARD, FORWARD,
+FORWARD_TRANSITIVE and FULL; the strategy itself against every version otherwise.
 
 Schemas come from clients, so they are bounded before anything else looks at them
-(:class:`InvalidSchemaError`, answered as IncompatibleSchema): at most ``max_schema_size``
-serialized bytes (default :data:`MAX_SCHEMA_SIZE`, 1 MiB; Pulsar documents no cap but the
-message size), and an AVRO or JSON definition nested at most :data:`MAX_DEFINITION_DEPTH`
-levels (``[[[[...`` never reaches a recursion limit: the JSON decoder stops at its own, and the
-depth of what it returns is measured without recursion). Registering costs O(1) lookups
-whatever the length of the history.
+(:class:`InvalidSchemaError`, answered as IncompatibleSchema, as Pulsar answers invalid schema
+data): at most ``max_schema_size`` serialized bytes (default :data:`MAX_SCHEMA_SIZE`, 1 MiB;
+Pulsar documents no cap but the message size), an AVRO or JSON definition nested at most
+:data:`MAX_DEFINITION_DEPTH` levels (``[[[[...`` never reaches a recursion limit: the JSON decoder
+stops at its own, and the depth of what it returns is measured without recursion), and a
+comparison of two definitions takes at most :data:`~pulsarwire.broker.avro.MAX_RESOLUTION_STEPS`
+steps in all (else IncompatibleSchema: "too complex to compare"). An AVRO definition must be a
+valid Avro schema that is not a union (Pulsar's ``StructSchemaDataValidator``), as must a JSON one
+unless it is a JSON object of the older format. Finding a known schema costs one lookup whatever
+the length of the history; parsed definitions are cached for the most recently compared versions.
 
 With a data directory the registry is the append-only log ``schemas.log`` there, one JSON
 line per version (``{"topic", "version", "schema": hex of the Schema protobuf}``), flushed
@@ -31,15 +46,21 @@ rewritten per registration) is read once and turned into the log.
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import json
 import logging
 import os
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pulsarwire.proto import pb
 
+from . import avro
 from .naming import TopicName
 
 log = logging.getLogger("pulsarwire.broker.schemas")
@@ -53,6 +74,37 @@ LOG_NAME = "schemas.log"
 LEGACY_NAME = "schemas.json"
 
 
+#: Parsed definitions kept for comparisons (the most recently used versions).
+PARSED_CACHE_SIZE = 64
+
+
+class Compatibility(enum.Enum):
+    """Pulsar's schema compatibility strategies (``SchemaCompatibilityStrategy``)."""
+
+    ALWAYS_INCOMPATIBLE = "ALWAYS_INCOMPATIBLE"
+    ALWAYS_COMPATIBLE = "ALWAYS_COMPATIBLE"
+    BACKWARD = "BACKWARD"
+    FORWARD = "FORWARD"
+    FULL = "FULL"
+    BACKWARD_TRANSITIVE = "BACKWARD_TRANSITIVE"
+    FORWARD_TRANSITIVE = "FORWARD_TRANSITIVE"
+    FULL_TRANSITIVE = "FULL_TRANSITIVE"
+
+    @classmethod
+    def parse(cls, text: str) -> Compatibility:
+        """A strategy by name (any case, ``-`` for ``_``); raises ValueError naming the known ones."""
+        key = text.strip().upper().replace("-", "_")
+        try:
+            return cls[key]
+        except KeyError:
+            names = ", ".join(c.name for c in cls)
+            raise ValueError(f"unknown schema compatibility strategy {text!r} (use one of {names})") from None
+
+    @property
+    def transitive(self) -> bool:
+        return self.name.endswith("_TRANSITIVE")
+
+
 @dataclass(frozen=True, slots=True)
 class SchemaVersion:
     schema: pb.Schema
@@ -61,6 +113,8 @@ class SchemaVersion:
 
 _NO_SCHEMA = pb.Schema.Type.Value("None")
 _JSON_DEFINED = (pb.Schema.Avro, pb.Schema.Json)
+#: types whose definition Pulsar's StructSchemaDataValidator checks (PROTOBUF: an Avro record too)
+_STRUCT = (pb.Schema.Avro, pb.Schema.Json, pb.Schema.Protobuf)
 
 
 class IncompatibleSchemaError(Exception):
@@ -68,7 +122,7 @@ class IncompatibleSchemaError(Exception):
 
 
 class InvalidSchemaError(IncompatibleSchemaError):
-    """The schema itself is refused: too large, or its definition nested too deep."""
+    """The schema itself is refused: too large, nested too deep, or not a valid definition."""
 
 
 def schema_owner(topic: str) -> str:
@@ -84,8 +138,10 @@ class SchemaRegistry:
         self.fsync = fsync
         self._dir = data_dir
         self._history: dict[str, list[SchemaVersion]] = {}
-        #: per owner: (type, definition) -> version, so a known schema is found in O(1)
+        #: per owner: identity of a schema (type, definition) -> version, so a known schema is found in O(1)
         self._known: dict[str, dict[tuple[int, bytes], int]] = {}
+        #: (owner, version) -> parsed Avro definition, least recently used first
+        self._parsed: OrderedDict[tuple[str, int], avro.Schema] = OrderedDict()
         if data_dir is not None:
             self._load(data_dir)
 
@@ -100,35 +156,127 @@ class SchemaRegistry:
         history = self._history.get(schema_owner(topic), [])
         return history[version] if 0 <= version < len(history) else None
 
-    def register(self, topic: str, schema: pb.Schema) -> int | None:
-        """The version of ``schema`` in the topic's history, adding it when new and compatible.
+    def register(
+        self, topic: str, schema: pb.Schema, strategy: Compatibility = Compatibility.FULL
+    ) -> int | None:
+        """The version of ``schema`` in the topic's history; a new one is added when ``strategy`` allows.
 
         None for a schema of type NONE (no schema). Raises InvalidSchemaError (too large, nested
-        too deep), IncompatibleSchemaError, or OSError when it cannot be stored (nothing changes).
+        too deep, not a valid definition), IncompatibleSchemaError, or OSError when it cannot be
+        stored (nothing changes).
         """
         if schema.type == _NO_SCHEMA:
             return None
-        size = schema.ByteSize()
-        if size > self.max_schema_size:
-            raise InvalidSchemaError(f"schema of {size} bytes: at most {self.max_schema_size} are accepted")
+        new = _Candidate.of(schema, self.max_schema_size)
         owner = schema_owner(topic)
-        known = self._known.get(owner, {})
-        found = known.get((schema.type, schema.schema_data))
+        found = self._known.get(owner, {}).get(new.identity)
         if found is not None:
             return found
-        if schema.type in _JSON_DEFINED:
-            _definition(schema)  # refuses definitions nested too deep before anything else parses them
+        new.validate()
         history = self._history.get(owner, [])
         if history:
-            _check_full(history[-1].schema, schema)
+            checked = history if strategy.transitive else history[-1:]
+            self._check(owner, checked, new, strategy)
         version = len(history)
         self._append_to_log(owner, version, schema)
-        self._add(owner, SchemaVersion(schema, version))
+        self._add(owner, SchemaVersion(schema, version), new.identity)
+        if new.definition is not None:
+            self._remember(owner, version, new.definition)  # the next registration compares with it
         return version
 
-    def _add(self, owner: str, sv: SchemaVersion) -> None:
+    def check_consumer(self, topic: str, schema: pb.Schema, strategy: Compatibility) -> None:
+        """Refuse (IncompatibleSchemaError) a consumer's schema the topic's history does not allow.
+
+        As Pulsar's checkConsumerCompatibility: ALWAYS_COMPATIBLE allows anything; a topic without
+        a schema allows none; BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL check that the
+        consumer's schema can read the latest version (BACKWARD); the other strategies apply
+        themselves against every version.
+        """
+        if strategy is Compatibility.ALWAYS_COMPATIBLE or schema.type == _NO_SCHEMA:
+            return
+        owner = schema_owner(topic)
+        history = self._history.get(owner, [])
+        new = _Candidate.of(schema, self.max_schema_size)
+        if not history:
+            raise IncompatibleSchemaError(
+                "Failed to add schema to an active topic with empty(BYTES) schema:"
+                f" new schema type {type_name(schema.type)}"
+            )
+        if strategy in _CONSUMER_READS_LATEST:
+            self._check(owner, history[-1:], new, Compatibility.BACKWARD)
+        else:
+            self._check(owner, history, new, strategy)
+
+    # -- compatibility ---------------------------------------------------------------------
+    def _check(
+        self, owner: str, versions: Sequence[SchemaVersion], new: _Candidate, strategy: Compatibility
+    ) -> None:
+        """Refuse ``new`` unless compatible with each of ``versions`` (oldest first) under ``strategy``."""
+        if strategy is Compatibility.ALWAYS_COMPATIBLE:
+            return
+        for sv in versions:
+            if sv.schema.type != new.schema.type:
+                raise IncompatibleSchemaError(
+                    f"Incompatible schema: exists schema type {type_name(sv.schema.type)},"
+                    f" new schema type {type_name(new.schema.type)}"
+                )
+        if strategy is Compatibility.ALWAYS_INCOMPATIBLE:
+            raise IncompatibleSchemaError("Schema compatibility strategy is ALWAYS_INCOMPATIBLE")
+        if len(versions) == 1 and self._known.get(owner, {}).get(new.identity) == versions[0].version:
+            return  # the same schema (Pulsar: the same SchemaHash)
+        if new.schema.type not in _JSON_DEFINED:
+            return  # Pulsar's default check: the same type is enough
+        json_latest = new.schema.type == pb.Schema.Json and not strategy.transitive
+        if json_latest and not self._json_needs_avro_check(owner, versions[-1], new):
+            return
+        writer_reader = _DIRECTIONS[strategy]
+        budget = avro.Budget()  # one for the whole request, however many versions it compares
+        new_parsed = new.parsed()
+        for sv in reversed(versions):  # the latest first, as Avro's validator walks them
+            old = self._parsed_version(owner, sv)
+            for new_writes in writer_reader:
+                writer, reader = (new_parsed, old) if new_writes else (old, new_parsed)
+                problem = _read_problem(writer, reader, budget)
+                if problem is not None:
+                    who = f"version {sv.version}"
+                    direction = (
+                        f"{who} cannot read data written with the new schema"
+                        if new_writes
+                        else f"the new schema cannot read data written with {who}"
+                    )
+                    raise IncompatibleSchemaError(f"{strategy.name}: {direction}: {problem}")
+
+    def _json_needs_avro_check(self, owner: str, latest: SchemaVersion, new: _Candidate) -> bool:
+        """Pulsar's JsonSchemaCompatibilityCheck: only two Avro definitions are compared; an Avro
+        one beside the older JSON-schema format is accepted, anything else beside Avro refused."""
+        try:
+            self._parsed_version(owner, latest)
+        except IncompatibleSchemaError:
+            return False  # the stored schema is not Avro: the new one replaces it
+        if new.definition is not None:
+            return True
+        if isinstance(new.document, dict):
+            return False  # the older JSON-schema format
+        raise IncompatibleSchemaError("Unknown schema format")
+
+    def _parsed_version(self, owner: str, sv: SchemaVersion) -> avro.Schema:
+        key = (owner, sv.version)
+        found = self._parsed.get(key)
+        if found is not None:
+            self._parsed.move_to_end(key)
+            return found
+        parsed = _Candidate.of(sv.schema, None).parsed()
+        self._remember(owner, sv.version, parsed)
+        return parsed
+
+    def _remember(self, owner: str, version: int, parsed: avro.Schema) -> None:
+        self._parsed[(owner, version)] = parsed
+        if len(self._parsed) > PARSED_CACHE_SIZE:
+            self._parsed.popitem(last=False)
+
+    def _add(self, owner: str, sv: SchemaVersion, identity: tuple[int, bytes] | None = None) -> None:
         self._history.setdefault(owner, []).append(sv)
-        self._known.setdefault(owner, {}).setdefault((sv.schema.type, sv.schema.schema_data), sv.version)
+        self._known.setdefault(owner, {}).setdefault(identity or _identity(sv.schema), sv.version)
 
     # -- storage -------------------------------------------------------------------------
     def _append_to_log(self, owner: str, version: int, schema: pb.Schema) -> None:
@@ -228,51 +376,105 @@ def _depth(value: Any) -> int:
         deepest = max(deepest, depth)
         if deepest > MAX_DEFINITION_DEPTH:
             return deepest
-        stack.extend((child, depth + 1) for child in children)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return deepest
 
 
-def _check_full(old: pb.Schema, new: pb.Schema) -> None:
-    type_name = pb.Schema.Type.Name
-    if old.type != new.type:
-        raise IncompatibleSchemaError(
-            f"schema type {type_name(new.type)} differs from the topic's {type_name(old.type)}"
-        )
-    if new.type not in _JSON_DEFINED:
-        raise IncompatibleSchemaError(f"a different {type_name(new.type)} schema than the topic's")
-    old_def, new_def = _definition(old), _definition(new)
-    old_fields, new_fields = _record_fields(old_def), _record_fields(new_def)
-    if old_fields is None or new_fields is None:
-        raise IncompatibleSchemaError("only record schemas can evolve; the definitions differ")
-    old_name, new_name = _record_name(old_def), _record_name(new_def)
-    if old_name != new_name:
-        raise IncompatibleSchemaError(f"record {new_name!r} is not the topic's record {old_name!r}")
-    for name in old_fields.keys() | new_fields.keys():
-        was, now = old_fields.get(name), new_fields.get(name)
-        if was is not None and now is not None:
-            if was.get("type") != now.get("type"):
-                change = f"{_short(was.get('type'))} -> {_short(now.get('type'))}"
-                raise IncompatibleSchemaError(f"field '{name}' changes type: {change}")
-        elif "default" not in (was or now or {}):
-            change = "removed" if now is None else "added"
-            raise IncompatibleSchemaError(f"field '{name}' {change} without a default")
+#: Consumer schemas under these strategies are checked BACKWARD against the latest version (Pulsar).
+_CONSUMER_READS_LATEST = (
+    Compatibility.BACKWARD,
+    Compatibility.FORWARD,
+    Compatibility.FORWARD_TRANSITIVE,
+    Compatibility.FULL,
+)
+#: which way data must be readable: True = the new schema writes and the old one reads
+_DIRECTIONS: dict[Compatibility, tuple[bool, ...]] = {
+    Compatibility.BACKWARD: (False,),
+    Compatibility.BACKWARD_TRANSITIVE: (False,),
+    Compatibility.FORWARD: (True,),
+    Compatibility.FORWARD_TRANSITIVE: (True,),
+    Compatibility.FULL: (False, True),
+    Compatibility.FULL_TRANSITIVE: (False, True),
+}
 
 
-def _short(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 200 else text[:200] + "..."
+def _read_problem(writer: avro.Schema, reader: avro.Schema, budget: avro.Budget) -> str | None:
+    """Why ``reader`` cannot read ``writer``'s data, spending from the request's ``budget``."""
+    try:
+        return avro.read_error(writer, reader, budget)
+    except avro.ResolutionTooComplex as exc:
+        raise IncompatibleSchemaError(f"too complex to compare: {exc}") from None
+    except avro.AvroSchemaError as exc:
+        return str(exc)
 
 
-def _record_name(definition: dict[str, Any]) -> str:
-    """The unqualified name of a record definition (Avro matches records by it)."""
-    return str(definition.get("name", "")).rsplit(".", 1)[-1]
+def type_name(schema_type: int) -> str:
+    """A schema type as Pulsar names it (``AVRO``, ``KEY_VALUE``, ``PROTOBUF_NATIVE``...)."""
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", pb.Schema.Type.Name(cast(Any, schema_type))).upper()
+    return "BOOLEAN" if name == "BOOL" else name
 
 
-def _record_fields(definition: Any) -> dict[str, dict[str, Any]] | None:
-    """The fields of an Avro record definition by name, None when it is not one."""
-    if not isinstance(definition, dict) or definition.get("type") != "record":
-        return None
-    fields = definition.get("fields")
-    if not isinstance(fields, list) or not all(isinstance(f, dict) and "name" in f for f in fields):
-        return None
-    return {str(f["name"]): f for f in fields}
+def _identity(schema: pb.Schema) -> tuple[int, bytes]:
+    """What makes two schemas the same: the type and the definition (AVRO/JSON: its JSON, normalized)."""
+    data = schema.schema_data
+    if schema.type in _JSON_DEFINED:
+        with contextlib.suppress(ValueError, RecursionError):
+            data = json.dumps(json.loads(data), sort_keys=True, separators=(",", ":")).encode()
+    return schema.type, data
+
+
+@dataclass
+class _Candidate:
+    """A schema a client sent, bounded and parsed at most once."""
+
+    schema: pb.Schema
+    document: Any = None  # the decoded JSON definition (AVRO/JSON/PROTOBUF), None otherwise
+    definition: avro.Schema | None = None
+    avro_error: str | None = None
+    _identity: tuple[int, bytes] | None = None
+
+    @classmethod
+    def of(cls, schema: pb.Schema, max_size: int | None) -> _Candidate:
+        """Bound ``schema`` (size, nesting) and parse its definition; raises InvalidSchemaError."""
+        size = schema.ByteSize()
+        if max_size is not None and size > max_size:
+            raise InvalidSchemaError(f"schema of {size} bytes: at most {max_size} are accepted")
+        found = cls(schema)
+        if schema.type in _STRUCT:
+            found.document = _definition(schema)  # refuses definitions nested too deep first
+            try:
+                found.definition = avro.from_json(found.document)
+            except avro.AvroSchemaError as exc:
+                found.avro_error = str(exc)
+        return found
+
+    @property
+    def identity(self) -> tuple[int, bytes]:
+        if self._identity is None:
+            if self.document is not None and self.schema.type in _JSON_DEFINED:
+                canonical = json.dumps(self.document, sort_keys=True, separators=(",", ":")).encode()
+                self._identity = (self.schema.type, canonical)
+            else:
+                self._identity = _identity(self.schema)
+        return self._identity
+
+    def validate(self) -> None:
+        """Pulsar's StructSchemaDataValidator: AVRO (and PROTOBUF) definitions are Avro schemas but
+        not unions; JSON ones are Avro schemas or JSON objects (the older JSON-schema format)."""
+        if self.schema.type not in _STRUCT:
+            return
+        kind = type_name(self.schema.type)
+        if self.definition is None:
+            if self.schema.type == pb.Schema.Json and isinstance(self.document, dict):
+                return
+            raise InvalidSchemaError(f"Invalid schema definition data for {kind} schema: {self.avro_error}")
+        if self.schema.type == pb.Schema.Avro and self.definition.type == "union":
+            raise InvalidSchemaError("Avro schema typed [UNION] is not supported")
+
+    def parsed(self) -> avro.Schema:
+        """The Avro definition; raises IncompatibleSchemaError when there is none (as Pulsar's check
+        answers a definition its parser refuses)."""
+        if self.definition is None:
+            reason = self.avro_error or "not JSON"
+            raise IncompatibleSchemaError(f"the definition is not an Avro schema: {reason}")
+        return self.definition

@@ -53,11 +53,12 @@ from pulsarwire.errors import (
 )
 from pulsarwire.proto import PROTOCOL_VERSION, pb
 
-from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Identity, TokenAuth
+from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Authenticator, Identity, PeerCertificate
 from .authz import CONSUME, LOOKUP, PRODUCE, Action, Grants
 from .faults import Faults, corrupt
 from .naming import TopicName
-from .schemas import MAX_SCHEMA_SIZE, IncompatibleSchemaError, SchemaRegistry
+from .policies import DEFAULT_NAMESPACE, Namespaces, Policies, read_names, write_names
+from .schemas import MAX_SCHEMA_SIZE, Compatibility, IncompatibleSchemaError, SchemaRegistry
 from .storage import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MAX_OPEN_LOGS,
@@ -97,6 +98,15 @@ WRITE_BUFFER_HIGH = 1024 * 1024
 T = pb.BaseCommand
 E = pb.ServerError
 SubType = pb.CommandSubscribe.SubType
+Mode = pb.CommandGetTopicsOfNamespace.Mode
+#: Topic domains GET_TOPICS_OF_NAMESPACE lists for each mode.
+_DOMAINS_OF_MODE: dict[int, tuple[str, ...]] = {
+    Mode.PERSISTENT: ("persistent",),
+    Mode.NON_PERSISTENT: ("non-persistent",),
+    Mode.ALL: ("persistent", "non-persistent"),
+}
+#: Pulsar's default name of the listener broker-to-broker traffic uses (internalListenerName).
+INTERNAL_LISTENER = "internal"
 
 #: The C++ client core (under the official Python, Node.js and C++ clients) up to this version has no
 #: case for REACHED_END_OF_TOPIC: it logs "Received invalid message from server" and drops the whole
@@ -116,6 +126,14 @@ def understands_end_of_topic(client_version: str) -> bool:
 RETRY_WRITE_SECONDS = 5.0
 
 
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One advertised listener's addresses (Pulsar's ``advertisedListeners`` entry): pulsar://, pulsar+ssl://."""
+
+    url: str | None = None
+    url_tls: str | None = None
+
+
 @dataclass
 class BrokerConfig:
     host: str = "127.0.0.1"
@@ -133,8 +151,9 @@ class BrokerConfig:
     max_open_logs: int = DEFAULT_MAX_OPEN_LOGS
     keepalive_seconds: float = 30.0
     cursor_flush_seconds: float = 0.1
-    #: token authentication (None: every client is accepted and nothing is authorized)
-    auth: TokenAuth | None = None
+    #: authentication: a TokenAuth, a TlsAuth, or an Authentication of several providers and an
+    #: anonymous role (None: every client is accepted and nothing is authorized)
+    auth: Authenticator | None = None
     #: who may produce / consume where, consulted when ``auth`` is on (then no grant: only superusers act)
     grants: Grants = field(default_factory=Grants)
     #: seconds a connection has to complete CONNECT (the official clients' own connection timeout is 10 s)
@@ -147,8 +166,23 @@ class BrokerConfig:
     tls_port: int | None = None
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    #: CAs that sign client certificates; when set, the TLS listener asks clients for a certificate
+    #: (optional, as Pulsar's tlsRequireTrustedClientCertOnConnect=false) -- TlsAuth needs it
+    tls_trust_certs_file: Path | None = None
     #: host name or address put in LOOKUP answers and service_url (None: see advertised_host)
     advertised_address: str | None = None
+    #: Pulsar's advertisedListeners: a LOOKUP naming one of them is answered with its URLs, one
+    #: naming another is refused; the internal listener (below) is this broker's own URLs unless given
+    advertised_listeners: dict[str, Listener] = field(default_factory=dict)
+    #: the listener LOOKUPs without a listener name get (Pulsar's internalListenerName)
+    internal_listener_name: str = INTERNAL_LISTENER
+    #: namespaces ("tenant/namespace") that exist from the start; a standalone Pulsar has public/default
+    namespaces: tuple[str, ...] = (DEFAULT_NAMESPACE,)
+    #: policies by namespace ("tenant/ns") or topic ("persistent://tenant/ns/topic"); a topic's win
+    #: over its namespace's, which win over the broker's own (deduplication, schema_compatibility)
+    policies: dict[str, Policies] = field(default_factory=dict)
+    #: the broker's schema compatibility strategy (Pulsar's schemaCompatibilityStrategy, default FULL)
+    schema_compatibility: Compatibility = Compatibility.FULL
     #: longest topics pattern (without scheme) the broker evaluates (Pulsar: subscriptionPatternMaxLength)
     max_topics_pattern_length: int = MAX_TOPICS_PATTERN_LENGTH
     max_watchers_per_connection: int = MAX_WATCHERS_PER_CONNECTION
@@ -288,9 +322,15 @@ class Broker:
         if self.config.data_dir is not None:
             try:
                 check_data_dir(self.config.data_dir)
+                self._keep_namespaces()
             except StorageError as exc:
                 raise BrokerStartError(
                     f"cannot keep data in {exc.path}: {exc.reason} (choose a writable --data-dir)"
+                ) from None
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+                raise BrokerStartError(
+                    f"cannot keep data in {self.config.data_dir}: {reason} (choose a writable --data-dir)"
                 ) from None
         self._loop = asyncio.get_running_loop()
         cfg = self.config
@@ -302,6 +342,11 @@ class Broker:
                     raise ValueError("a TLS listener needs tls_cert_file and tls_key_file")
                 context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
                 context.load_cert_chain(str(cfg.tls_cert_file), str(cfg.tls_key_file))
+                if cfg.tls_trust_certs_file is not None:
+                    # Clients may present a certificate (TLS authentication); one not signed by these
+                    # CAs fails the handshake, as with Pulsar's tlsAllowInsecureConnection=false.
+                    context.load_verify_locations(cafile=str(cfg.tls_trust_certs_file))
+                    context.verify_mode = ssl.CERT_OPTIONAL
                 self._tls_server = await _listen(
                     self._loop,
                     lambda: ServerConnection(self),
@@ -396,6 +441,15 @@ class Broker:
         path = self._meta_path()
         if path is not None and path.exists():
             self.partitioned = {k: int(v) for k, v in json.loads(path.read_text()).items()}
+        if self.cluster is None:  # a cluster's brokers share one registry (Cluster sets it)
+            kept = read_names(cfg.data_dir) if cfg.data_dir is not None else []
+            self.namespaces = Namespaces([*cfg.namespaces, *kept], cfg.policies)
+
+    def _keep_namespaces(self) -> None:
+        """Write the namespaces into the data dir when it does not hold them all yet."""
+        data_dir = self.config.data_dir
+        if data_dir is not None and set(read_names(data_dir)) != set(self.namespaces.names()):
+            write_names(data_dir, self.namespaces.names())
 
     def _save_metadata(self) -> None:
         path = self._meta_path()
@@ -406,11 +460,32 @@ class Broker:
             tmp.replace(path)
 
     # -- admin API (thread-safe through `call`) --------------------------------------
+    def create_namespace(self, namespace: str) -> bool:
+        """Create ``tenant/namespace`` (False when it exists); raises PolicySyntaxError for a bad name,
+        OSError when the data dir cannot keep it."""
+
+        def do() -> bool:
+            created = self.namespaces.create(namespace)
+            if created:
+                self._keep_namespaces()
+            return created
+
+        return cast(bool, self.call(do))
+
+    def set_policies(self, scope: str, policies: Policies) -> None:
+        """Set the policies of a namespace (``tenant/ns``) or topic, replacing that scope's earlier ones.
+
+        Raises PolicySyntaxError, NamespaceNotFound."""
+        self.call(self.namespaces.set_policies, scope, policies)
+
     def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        """Create a partitioned topic; raises NamespaceNotFound when its namespace does not exist."""
+
         def do() -> None:
             name = str(TopicName.parse(topic))
             if partitions <= 0:
                 raise ValueError("partitions must be positive")
+            self.namespaces.require(TopicName.parse(name).namespace_name)
             self.partitioned[name] = partitions
             self._save_metadata()
             for i in range(partitions):
@@ -548,9 +623,11 @@ class Broker:
             return None
         tn = TopicName.parse(name)
         last_sequence: dict[str, int] = {}
+        persistent = tn.domain == "persistent"
+        data_dir = self.config.data_dir if persistent else None  # a non-persistent topic stores nothing
         log_ = TopicLog(
             name,
-            data_dir=self.config.data_dir,
+            data_dir=data_dir,
             entries_per_ledger=self.config.entries_per_ledger,
             fsync=self.config.fsync,
             cache=self.entry_cache,
@@ -561,7 +638,8 @@ class Broker:
             name,
             log_,
             partition_index=tn.partition_index,
-            data_dir=self.config.data_dir,
+            data_dir=data_dir,
+            persistent=persistent,
             last_sequence=last_sequence,
         )
         self.topics[name] = topic
@@ -569,6 +647,8 @@ class Broker:
         return topic
 
     def _topic_created(self, name: str) -> None:
+        if not name.startswith("persistent://"):
+            return  # as Pulsar's topic-list watchers: persistent topics only
         brokers = self.cluster.brokers if self.cluster is not None else [self]
         for b in brokers:
             for watcher, digest in b.watchers.topic_created(name):
@@ -578,6 +658,36 @@ class Broker:
         if name in self.topics or name in self.partitioned:
             return True
         return self.config.data_dir is not None and topic_dir(self.config.data_dir, name).exists()
+
+    def policies(self, topic: str) -> Policies:
+        """The policies that apply to ``topic``: its own, its namespace's, else the broker's."""
+        cfg = self.config
+        return self.namespaces.effective(topic, Policies(cfg.deduplication, cfg.schema_compatibility))
+
+    def deduplication_enabled(self, topic: str) -> bool:
+        """Whether SENDs to ``topic`` are deduplicated (never on non-persistent topics, as Pulsar)."""
+        deduplication = self.policies(topic).deduplication
+        return bool(deduplication) and topic.startswith("persistent://")
+
+    def schema_compatibility(self, topic: str) -> Compatibility:
+        return self.policies(topic).schema_compatibility or Compatibility.FULL
+
+    def listener(self, name: str | None) -> Listener:
+        """The URLs a LOOKUP for listener ``name`` is answered with (None: the internal listener).
+
+        Raises BrokerError ServiceNotReady for a listener this broker does not advertise, as Pulsar.
+        """
+        cfg = self.config
+        internal = cfg.internal_listener_name
+        given = cfg.advertised_listeners.get(name or internal)
+        if name and name != internal:
+            if given is None:
+                raise BrokerError(E.ServiceNotReady, f"the broker do not have {name} listener")
+            return given
+        # The internal listener: the URLs given for it, this broker's own for the others (Pulsar
+        # fills them in from its ports).
+        given = given or Listener()
+        return Listener(given.url or self.service_url, given.url_tls or self.service_url_tls)
 
     def new_producer_name(self) -> str:
         # The boot id keeps names unique across restarts (a name carries its deduplication state).
@@ -640,6 +750,8 @@ class ServerConnection(asyncio.Protocol):
         self.consumers: dict[int, tuple[ConsumerRef, Topic, Subscription]] = {}
         self.last_seen = time.monotonic()
         self.peer = ""
+        #: the certificate a TLS client presented (TLS authentication), None otherwise
+        self.peer_cert: PeerCertificate = None
         self.identity: Identity | None = None
         self._ping_outstanding = False
         self._keepalive: asyncio.TimerHandle | None = None
@@ -655,6 +767,7 @@ class ServerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.peer = str(transport.get_extra_info("peername"))
+        self.peer_cert = transport.get_extra_info("peercert") or None
         cfg = self.broker.config
         if cfg.max_connections and len(self.broker.connections) >= cfg.max_connections:
             # As Pulsar's brokerMaxConnections: ERROR NotAllowedError (request id -1), then close.
@@ -889,7 +1002,7 @@ class ServerConnection(asyncio.Protocol):
         auth = self.broker.config.auth
         if auth is not None:
             try:
-                identity = auth.authenticate(c.auth_method_name, c.auth_data, time.time())
+                identity = auth.authenticate(c.auth_method_name, c.auth_data, time.time(), self.peer_cert)
             except AuthenticationError as exc:
                 self.broker.auth_failures += 1
                 log.info("authentication failed for %s: %s", self.peer, exc)
@@ -948,7 +1061,8 @@ class ServerConnection(asyncio.Protocol):
         try:
             if auth is None:
                 raise AuthenticationError("authentication is not enabled on this broker")
-            identity = auth.authenticate(r.auth_method_name or TOKEN_METHOD, r.auth_data, time.time())
+            method = r.auth_method_name or TOKEN_METHOD
+            identity = auth.authenticate(method, r.auth_data, time.time(), self.peer_cert)
         except AuthenticationError as exc:
             log.info("closing %s: refreshed credential refused: %s", self.peer, exc)
             self._error(2**64 - 1, E.AuthenticationError, str(exc))  # request id -1, as Pulsar
@@ -985,6 +1099,15 @@ class ServerConnection(asyncio.Protocol):
             log.info("role %r (%s) is not authorized to %s on %s", role, self.peer, what, target)
             raise BrokerError(E.AuthorizationError, f"role {role!r} is not authorized to {what} on {target}")
 
+    def _check_namespace(self, name: str) -> None:
+        """Refuse (TopicNotFound, as Pulsar) a topic whose tenant or namespace does not exist.
+
+        After authorization: a role learns nothing about namespaces it may not use.
+        """
+        namespace = TopicName.parse(name).namespace_name
+        if namespace not in self.broker.namespaces:
+            raise BrokerError(E.TopicNotFound, f"Tenant or namespace or topic does not exist: {namespace}")
+
     def on_ping(self, cmd: pb.BaseCommand, _: Any) -> None:
         self.send(new_command(T.PONG)[0])
 
@@ -995,6 +1118,7 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.partitionMetadata
         name = str(TopicName.parse(req.topic))
         self._authorize(name, LOOKUP)
+        self._check_namespace(name)
         create = req.metadata_auto_creation_enabled
         n = self.broker.partitions_of(name, create=create)
         if n == 0 and not self.broker.config.allow_auto_topic_creation and not self.broker.topic_exists(name):
@@ -1009,7 +1133,9 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.lookupTopic
         name = str(TopicName.parse(req.topic))
         self._authorize(name, LOOKUP)
+        self._check_namespace(name)
         owner = self.broker.cluster.owner_of(name) if self.broker.cluster is not None else self.broker
+        urls = owner.listener(req.advertised_listener_name or None)
         resp, sub = new_command(T.LOOKUP_RESPONSE)
         sub.request_id = req.request_id
         if owner is self.broker:
@@ -1017,15 +1143,17 @@ class ServerConnection(asyncio.Protocol):
         else:
             sub.response = pb.CommandLookupTopicResponse.Redirect
             self.broker.lookups_redirected += 1
-        sub.brokerServiceUrl = owner.service_url
-        if owner.service_url_tls is not None:
-            sub.brokerServiceUrlTls = owner.service_url_tls
+        if urls.url is not None:
+            sub.brokerServiceUrl = urls.url
+        if urls.url_tls is not None:
+            sub.brokerServiceUrlTls = urls.url_tls
         sub.authoritative = True
         self.send(resp)
 
     def _topic_for_use(self, topic: str, needs: frozenset[Action]) -> Topic:
         name = str(TopicName.parse(topic))
         self._authorize(name, needs)
+        self._check_namespace(name)
         if not self.broker.owns(name):
             raise BrokerError(E.ServiceNotReady, f"topic {name} is not served by {self.broker.name}")
         if name in self.broker.partitioned:
@@ -1051,7 +1179,7 @@ class ServerConnection(asyncio.Protocol):
             name = self.broker.new_producer_name()
         if name in topic.producers:
             raise BrokerError(E.ProducerBusy, f"producer with name '{name}' is already connected to topic")
-        version = self._register_schema(topic.name, req.schema) if req.HasField("schema") else None
+        version = self._register_schema(topic, req.schema) if req.HasField("schema") else None
         ref = ProducerRef(req.producer_id, name, topic, self)
         topic.producers[name] = ref
         self.producers[req.producer_id] = ref
@@ -1061,9 +1189,8 @@ class ServerConnection(asyncio.Protocol):
         resp, sub = new_command(T.PRODUCER_SUCCESS)
         sub.request_id = request_id
         sub.producer_name = ref.name
-        sub.last_sequence_id = (
-            ref.topic.last_sequence.get(ref.name, -1) if self.broker.config.deduplication else -1
-        )
+        dedup = self.broker.deduplication_enabled(ref.topic.name)
+        sub.last_sequence_id = ref.topic.last_sequence.get(ref.name, -1) if dedup else -1
         if schema_version is None:  # no schema of its own: the topic's latest, if any
             latest = self.broker.schemas.latest(ref.topic.name)
             schema_version = latest.version if latest is not None else None
@@ -1097,12 +1224,19 @@ class ServerConnection(asyncio.Protocol):
             return
         md = payload.metadata
         self._check_send(ref, req, payload)
+        if not topic.persistent:
+            # As Pulsar's non-persistent topics: nothing is stored, the receipt is 0:0, and a message
+            # no connected consumer can take is dropped.
+            if topic.publish_transient(payload.entry, md):
+                topic.dispatch_all()
+            self._receipt(req, 0, 0)
+            return
         # As Pulsar does: an entry is a duplicate when its *first* sequence id is not above the
         # highest one stored for the producer name (a batch straddling it is dropped whole).
         # The name is the producer registered on this connection: _check_send refused metadata
         # naming any other, so one producer can never move another's high-water mark.
         first = min(req.sequence_id, md.sequence_id) if md.HasField("sequence_id") else req.sequence_id
-        if self.broker.config.deduplication and first <= topic.last_sequence.get(ref.name, -1):
+        if self.broker.deduplication_enabled(topic.name) and first <= topic.last_sequence.get(ref.name, -1):
             self._receipt(req, -1, -1)
             return
         try:
@@ -1215,11 +1349,34 @@ class ServerConnection(asyncio.Protocol):
         self.send(cmd)
 
     # -- schemas -------------------------------------------------------------------
-    def _register_schema(self, topic: str, schema: pb.Schema) -> int | None:
+    def _register_schema(self, topic: Topic, schema: pb.Schema) -> int | None:
         try:
-            return self.broker.schemas.register(topic, schema)
+            strategy = self.broker.schema_compatibility(topic.name)
+            return self.broker.schemas.register(topic.name, schema, strategy)
         except IncompatibleSchemaError as exc:
-            raise BrokerError(E.IncompatibleSchema, f"{topic}: {exc}") from None
+            raise BrokerError(E.IncompatibleSchema, f"{topic.name}: {exc}") from None
+
+    def _check_consumer_schema(self, topic: Topic, schema: pb.Schema) -> None:
+        """As Pulsar's addSchemaIfIdleOrCheckCompatible: a consumer's schema is added to an idle topic
+        (no schema, no producer, no consumer, no entry), else checked against the topic's history
+        (BrokerError IncompatibleSchema)."""
+        if schema.type in (pb.Schema.Type.Value("None"), pb.Schema.AutoConsume):
+            return
+        registry = self.broker.schemas
+        strategy = self.broker.schema_compatibility(topic.name)
+        idle = (
+            registry.latest(topic.name) is None
+            and not topic.producers
+            and not any(sub.consumers for sub in topic.subscriptions.values())
+            and len(topic.log) == 0
+        )
+        try:
+            if idle:
+                registry.register(topic.name, schema, strategy)
+            else:
+                registry.check_consumer(topic.name, schema, strategy)
+        except IncompatibleSchemaError as exc:
+            raise BrokerError(E.IncompatibleSchema, f"{topic.name}: {exc}") from None
 
     def on_get_schema(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.getSchema
@@ -1243,7 +1400,9 @@ class ServerConnection(asyncio.Protocol):
         resp, sub = new_command(T.GET_OR_CREATE_SCHEMA_RESPONSE)
         sub.request_id = req.request_id
         try:
-            version = self.broker.schemas.register(topic.name, req.schema)
+            version = self.broker.schemas.register(
+                topic.name, req.schema, self.broker.schema_compatibility(topic.name)
+            )
         except IncompatibleSchemaError as exc:
             sub.error_code = E.IncompatibleSchema
             sub.error_message = f"{topic.name}: {exc}"
@@ -1260,9 +1419,12 @@ class ServerConnection(asyncio.Protocol):
             return
         name = str(TopicName.parse(req.topic))
         self._authorize(name, CONSUME)  # before anything tells whether the topic exists
+        self._check_namespace(name)
         if not req.force_topic_creation and not self.broker.topic_exists(name):
             raise BrokerError(E.TopicNotFound, f"topic {name} does not exist")
         topic = self._topic_for_use(req.topic, CONSUME)
+        if req.HasField("schema"):
+            self._check_consumer_schema(topic, req.schema)
         sub = topic.subscriptions.get(req.subscription)
         if sub is None:
             sub = self._new_subscription(topic, req)
@@ -1305,9 +1467,12 @@ class ServerConnection(asyncio.Protocol):
 
     def _new_subscription(self, topic: Topic, req: pb.CommandSubscribe) -> Subscription:
         log_ = topic.log
-        durable = req.durable
+        # Non-persistent: a subscription lives while it has consumers and sees what comes after.
+        durable = req.durable and topic.persistent
         saved = getattr(topic, "saved_subscriptions", {}).get(req.subscription) if durable else None
-        if not durable and req.HasField("start_message_id"):
+        if not topic.persistent:
+            start = log_.last_position
+        elif not durable and req.HasField("start_message_id"):
             mid = req.start_message_id
             pos = (_signed(mid.ledgerId), _signed(mid.entryId))
             if pos > log_.last_position:
@@ -1490,7 +1655,7 @@ class ServerConnection(asyncio.Protocol):
     def on_get_topics_of_namespace(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.getTopicsOfNamespace
         self._authorize_namespace(req.namespace, LOOKUP)
-        topics = self.broker_topics_in(req.namespace)
+        topics = self.broker_topics_in(req.namespace, req.mode)
         resp, s = new_command(T.GET_TOPICS_OF_NAMESPACE_RESPONSE)
         s.request_id = req.request_id
         if req.HasField("topics_pattern"):
@@ -1515,16 +1680,21 @@ class ServerConnection(asyncio.Protocol):
             s.topics.extend(topics)
         self.send(resp)
 
-    def broker_topics_in(self, namespace: str) -> list[str]:
-        prefix = f"persistent://{namespace}/"
+    def broker_topics_in(self, namespace: str, mode: int = Mode.PERSISTENT) -> list[str]:
+        """The topics of ``namespace`` of the domains ``mode`` asks for (partitions, not their parent).
+
+        Watchers list persistent topics only, as Pulsar's topic-list watchers.
+        """
+        domains = _DOMAINS_OF_MODE.get(cast(Any, mode), ("persistent",))
+        prefixes = tuple(f"{domain}://{namespace}/" for domain in domains)
         names: set[str] = set()
         for name, n in self.broker.partitioned.items():
-            if name.startswith(prefix):
+            if name.startswith(prefixes):
                 names.update(str(TopicName.parse(name).partition(i)) for i in range(n))
-        names.update(t for t in self.broker.topics if t.startswith(prefix))
-        if self.broker.config.data_dir is not None:
+        names.update(t for t in self.broker.topics if t.startswith(prefixes))
+        if self.broker.config.data_dir is not None and prefixes[0].startswith("persistent://"):
             # Topics written before a restart exist even while no client has loaded them yet.
-            names.update(t for t in stored_topics(self.broker.config.data_dir) if t.startswith(prefix))
+            names.update(t for t in stored_topics(self.broker.config.data_dir) if t.startswith(prefixes))
         return sorted(names)
 
     # -- topic list watchers -------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""A topic on the broker: its log, producers, subscriptions, dedup state and schema."""
+"""A topic on the broker: its log, producers, subscriptions, dedup state and schema.
+
+A non-persistent topic (``non-persistent://``) stores nothing, as Pulsar's: its log is in memory
+and holds only what is on its way to connected consumers (:meth:`Topic.publish_transient`).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,10 @@ from pulsarwire.proto import pb
 
 from .storage import Entry, TopicLog, topic_dir
 from .subscription import Position, Subscription
+
+#: Entries a non-persistent topic keeps for consumers that lag behind (the official clients'
+#: receiver queue); older ones are dropped, as Pulsar drops messages a consumer has no permits for.
+MAX_TRANSIENT_ENTRIES = 1000
 
 
 def note_sequence(last_sequence: dict[str, int], md: pb.MessageMetadata) -> None:
@@ -50,6 +58,8 @@ class Topic:
     #: highest sequence id stored per producer name (deduplication)
     last_sequence: dict[str, int] = field(default_factory=dict)
     terminated: bool = False
+    #: False for a non-persistent topic
+    persistent: bool = True
     msg_in: int = 0
     bytes_in: int = 0
     _dirty: bool = False
@@ -102,6 +112,22 @@ class Topic:
 
     def position_before_index(self, idx: int) -> Position:
         return self.log.position(idx - 1) if idx > 0 else (-1, -1)
+
+    def publish_transient(self, data: bytes, md: pb.MessageMetadata) -> bool:
+        """A message for a non-persistent topic: False (dropped) when no consumer is connected,
+        else kept until every subscription has read it (at most MAX_TRANSIENT_ENTRIES)."""
+        subs = [s for s in self.subscriptions.values() if s.consumers]
+        if not subs:
+            return False
+        read = min(s.read_pos for s in subs)
+        done = max(self.log.index_after(read), len(self.log) + 1 - MAX_TRANSIENT_ENTRIES)
+        if done > 0:
+            last = self.log.entries[done - 1].position
+            for s in self.subscriptions.values():
+                s.ack_cumulative(last, None)  # what is forgotten is no one's backlog or replay
+            self.log.trim_head(done)
+        self.append(data, md)
+        return True
 
     def dispatch_all(self) -> None:
         for sub in list(self.subscriptions.values()):

@@ -5,6 +5,10 @@
 * ``pulsar_broker_factory`` — start brokers with your own configuration
   (``pulsar_broker_factory(data_dir=tmp_path, deduplication=False)``); all are
   stopped at teardown.
+
+As on Apache Pulsar, topics must be in a namespace that exists: ``public/default`` does; give
+others as ``pulsar_broker_factory(namespaces=("public/default", "shop/orders"))`` or create them
+with ``pulsar_broker.create_namespace("shop/orders")``.
 """
 
 from __future__ import annotations

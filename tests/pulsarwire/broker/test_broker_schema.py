@@ -110,18 +110,27 @@ def test_get_or_create_schema_versions_and_restart(
     ("data", "kind", "why"),
     [
         pytest.param(
-            _record(ID, {"name": "qty", "type": "int"}), pb.Schema.Avro, "added without", id="added"
-        ),
-        pytest.param(_record({"name": "id", "type": "string"}), pb.Schema.Avro, "changes type", id="retyped"),
-        pytest.param(_record(), pb.Schema.Avro, "removed without", id="removed"),
-        pytest.param(
-            json.dumps({"type": "record", "name": "Other", "fields": [ID]}).encode(),
+            _record(ID, {"name": "qty", "type": "int"}),
             pb.Schema.Avro,
-            "is not the topic's record",
-            id="renamed",
+            "missing required field qty",
+            id="added",
         ),
-        pytest.param(b'{"type": "string"}', pb.Schema.Avro, "only record", id="not-a-record"),
-        pytest.param(b"", pb.Schema.String, "type String differs", id="other-type"),
+        pytest.param(
+            _record({"name": "id", "type": "string"}),
+            pb.Schema.Avro,
+            "Found long, expecting string",
+            id="retyped",
+        ),
+        pytest.param(_record(), pb.Schema.Avro, "missing required field id", id="removed"),
+        pytest.param(
+            _record({"name": "id", "type": "int"}), pb.Schema.Avro, "Found long, expecting int", id="narrowed"
+        ),
+        pytest.param(
+            b'{"type": "string"}', pb.Schema.Avro, "Found Order, expecting string", id="not-a-record"
+        ),
+        pytest.param(
+            b"", pb.Schema.String, "exists schema type AVRO, new schema type STRING", id="other-type"
+        ),
     ],
 )
 def test_an_incompatible_schema_is_refused_and_the_history_unchanged(

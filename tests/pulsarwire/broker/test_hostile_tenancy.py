@@ -132,6 +132,7 @@ def secret_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tenancy(secret_file: Path) -> Iterator[Tenancy]:
     parted = f"persistent://{NS}/parted"
     args = ["--auth-token-secret-file", str(secret_file), "--superuser", "admin"]
+    args += ["--namespace", NS, "--namespace", OTHER_NS]  # tenant-void/ns is never created
     for grant in GRANTS:
         args += ["--grant", grant]
     with broker_url(*args, "--partitioned-topic", f"{parted}=3") as url:
@@ -359,7 +360,11 @@ def test_seek_unsubscribe_and_last_message_id_need_the_consume_grant(
     """The role's grants are checked again on SEEK / UNSUBSCRIBE / GET_LAST_MESSAGE_ID (here after
     the broker's grants changed under a live consumer)."""
     bystander_grant = "bystander:public/default:consume"
-    b = start_broker(auth=TokenAuth(SECRET), grants=Grants.of(f"reader:{NS}:consume", bystander_grant))
+    b = start_broker(
+        auth=TokenAuth(SECRET),
+        grants=Grants.of(f"reader:{NS}:consume", bystander_grant),
+        namespaces=("public/default", NS),
+    )
     topic = unique("revoked")
     conn = as_role(b.service_url, "reader")
     try:

@@ -1,0 +1,176 @@
+"""Tenants, namespaces, and the policies set on namespaces and topics (what Pulsar keeps as metadata).
+
+In Pulsar a topic lives in a namespace of a tenant (``persistent://tenant/namespace/topic``) and
+the namespace must exist before a producer or consumer can use the topic: otherwise the broker
+answers TopicNotFound ("Tenant or namespace or topic does not exist"). A standalone Pulsar starts
+with the namespace ``public/default``. :class:`Namespaces` starts with the namespaces it is given
+(``--namespace TENANT/NS``; by default ``public/default``) and grows by :meth:`Namespaces.create`
+(the broker's admin API); a tenant exists while one of its namespaces does. With a data
+directory the names are kept in ``namespaces.json`` there (:func:`read_names`,
+:func:`write_names`), so a namespace outlives the flag that created it, as in Pulsar's metadata
+store.
+
+Policies are set on a namespace or on a topic, each setting on its own (None: not set). For a
+topic the topic's setting wins over its namespace's, which wins over the broker's default --
+Pulsar's order of topic policies, namespace policies and broker configuration:
+
+* ``deduplication`` -- Pulsar's ``deduplicationEnabled`` (broker: ``brokerDeduplicationEnabled``);
+* ``schema_compatibility`` -- ``schemaCompatibilityStrategy`` (broker default FULL).
+
+A partition has the policies of its partitioned topic (Pulsar keeps topic policies per
+partitioned topic). A scope is written ``tenant/namespace`` or as a topic name of three parts
+(``tenant/namespace/topic``, or with its ``persistent://`` domain): :func:`parse_scope`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pulsarwire.errors import InvalidTopicName, PulsarWireError
+
+from .authz import split_namespace
+from .naming import TopicName
+from .schemas import Compatibility
+
+#: The namespace a standalone Pulsar starts with.
+DEFAULT_NAMESPACE = "public/default"
+NAMES_FILE = "namespaces.json"
+#: Topics whose effective policies are remembered (every SEND asks for its topic's).
+EFFECTIVE_CACHE_SIZE = 10_000
+
+
+class PolicySyntaxError(PulsarWireError, ValueError):
+    """A namespace, scope or policy value that cannot be read."""
+
+
+class NamespaceNotFound(PulsarWireError):
+    """A namespace (or its tenant) that does not exist."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(f"namespace {namespace} does not exist")
+        self.namespace = namespace
+
+
+@dataclass(frozen=True, slots=True)
+class Policies:
+    """Settings of one namespace or topic; None = not set there (inherited)."""
+
+    deduplication: bool | None = None
+    schema_compatibility: Compatibility | None = None
+
+    def over(self, base: Policies) -> Policies:
+        """These settings where they are set, ``base``'s elsewhere."""
+        return Policies(
+            base.deduplication if self.deduplication is None else self.deduplication,
+            base.schema_compatibility if self.schema_compatibility is None else self.schema_compatibility,
+        )
+
+
+def check_namespace(namespace: str) -> str:
+    """``namespace`` when it reads ``tenant/namespace`` with Pulsar's characters; raises PolicySyntaxError."""
+    if split_namespace(namespace) is None:
+        raise PolicySyntaxError(f"namespace {namespace!r} is not TENANT/NAMESPACE")
+    return namespace
+
+
+def parse_scope(text: str) -> str:
+    """A namespace (``tenant/namespace``) or a topic's full name; raises PolicySyntaxError."""
+    if "://" not in text and text.count("/") == 1:
+        return check_namespace(text)
+    if "/" not in text:
+        raise PolicySyntaxError(f"scope {text!r} is neither TENANT/NAMESPACE nor TENANT/NAMESPACE/TOPIC")
+    try:
+        topic = TopicName.parse(text)
+    except InvalidTopicName as exc:
+        raise PolicySyntaxError(f"scope {text!r}: {exc}") from None
+    check_namespace(topic.namespace_name)
+    return str(topic.partitioned_parent)
+
+
+def parse_switch(text: str) -> bool:
+    """``on``/``off`` (also true/false, yes/no, enabled/disabled); raises PolicySyntaxError."""
+    value = text.strip().lower()
+    if value in ("on", "true", "yes", "enabled", "enable"):
+        return True
+    if value in ("off", "false", "no", "disabled", "disable"):
+        return False
+    raise PolicySyntaxError(f"{text!r} is neither on nor off")
+
+
+class Namespaces:
+    """The namespaces that exist and the policies of namespaces and topics."""
+
+    def __init__(
+        self, names: Iterable[str] = (DEFAULT_NAMESPACE,), policies: Mapping[str, Policies] | None = None
+    ) -> None:
+        self._names: set[str] = {check_namespace(n) for n in names}
+        self._policies: dict[str, Policies] = {}
+        self._effective: dict[tuple[str, Policies], Policies] = {}
+        for scope, p in (policies or {}).items():
+            self.set_policies(scope, p)
+
+    def __contains__(self, namespace: object) -> bool:
+        return namespace in self._names
+
+    def names(self) -> list[str]:
+        return sorted(self._names)
+
+    def create(self, namespace: str) -> bool:
+        """Create ``namespace`` (and so its tenant); False when it existed. Raises PolicySyntaxError."""
+        if check_namespace(namespace) in self._names:
+            return False
+        self._names.add(namespace)
+        return True
+
+    def require(self, namespace: str) -> None:
+        """Raise NamespaceNotFound unless ``namespace`` exists."""
+        if namespace not in self._names:
+            raise NamespaceNotFound(namespace)
+
+    def set_policies(self, scope: str, policies: Policies) -> None:
+        """Set the policies of a namespace or topic (replacing earlier ones of that scope).
+
+        Raises PolicySyntaxError for a bad scope, NamespaceNotFound when its namespace does not exist.
+        """
+        key = parse_scope(scope)
+        self.require(key if "://" not in key else TopicName.parse(key).namespace_name)
+        self._policies[key] = policies
+        self._effective.clear()
+
+    def policies_of(self, scope: str) -> Policies:
+        """The policies set on ``scope`` itself (nothing inherited)."""
+        return self._policies.get(parse_scope(scope), Policies())
+
+    def effective(self, topic: str, broker: Policies) -> Policies:
+        """The policies that apply to ``topic``: its own, else its namespace's, else ``broker``'s."""
+        found = self._effective.get((topic, broker))
+        if found is None:
+            name = TopicName.parse(topic)
+            own = self._policies.get(str(name.partitioned_parent), Policies())
+            namespace = self._policies.get(name.namespace_name, Policies())
+            found = own.over(namespace.over(broker))
+            if len(self._effective) >= EFFECTIVE_CACHE_SIZE:
+                self._effective.clear()
+            self._effective[(topic, broker)] = found
+        return found
+
+
+def read_names(data_dir: Path) -> list[str]:
+    """The namespaces kept in ``data_dir`` (none when the file is missing or unreadable)."""
+    try:
+        names = json.loads((data_dir / NAMES_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    return [n for n in names if isinstance(n, str) and split_namespace(n) is not None]
+
+
+def write_names(data_dir: Path, names: Iterable[str]) -> None:
+    """Keep ``names`` in ``data_dir`` (written whole, then renamed into place). Raises OSError."""
+    path = data_dir / NAMES_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(sorted(names)))
+    os.replace(tmp, path)
