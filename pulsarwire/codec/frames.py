@@ -390,6 +390,7 @@ class FrameDecoder:
             return Frame(cmd, decode_payload_section(cmd, section, verify_checksum=self.verify_checksum))
         except PayloadError as exc:
             exc.command = cmd  # lets a broker answer SEND_ERROR for the right producer and sequence
+            exc.section = bytes(section)  # lets a consumer quarantine what it could not read
             raise
 
 
