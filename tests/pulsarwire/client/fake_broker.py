@@ -12,6 +12,7 @@ the client suites need on top:
   ``num_messages`` is what the broker charges in permits for it: the count as the metadata
   says, as Pulsar's dispatcher takes it — 0 costs nothing, a negative count gives permits —
   while a charge above the permits left takes them to 0 (as our broker does), not below.
+* ``tls``: the broker speaks TLS (``pulsar+ssl://localhost:<port>``).
 * acknowledgements are remembered per subscription: a resubscribe (after
   :meth:`drop_connections`) gets only what was not acknowledged, as from a durable cursor, and
   REDELIVER_UNACKNOWLEDGED_MESSAGES sends the named entries again.
@@ -19,6 +20,7 @@ the client suites need on top:
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,8 +39,13 @@ class _Books:
 
 
 class ScriptedBroker(Recorder):
-    def __init__(self, **kw: object) -> None:
+    """``tls``: a server-side SSLContext; the broker then speaks TLS only, at ``pulsar+ssl://localhost``."""
+
+    def __init__(self, *, tls: ssl.SSLContext | None = None, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
+        if tls is not None:  # accept() then hands out TLS sockets, the handshake done
+            self._listener = tls.wrap_socket(self._listener, server_side=True)
+            self.url = f"pulsar+ssl://localhost:{self.port}"
         self.scripts: dict[int, Answer] = {}
         #: subscription -> acknowledged (ledger, entry)
         self.acked: dict[str, set[tuple[int, int]]] = {}
