@@ -131,11 +131,14 @@ class Planner:
         *,
         subscription: str | None = None,
         poll_timeout_ms: int = 30_000,
+        on_corrupt: str = "raise",
     ) -> None:
         self.settings = settings
         self.selector = selector
         self.subscription = subscription
         self.poll_timeout_ms = poll_timeout_ms
+        #: what a scan makes of a corrupt entry (``read_arrow``'s on_corrupt: a row counts like any)
+        self.on_corrupt = on_corrupt
         self._client: Any = None
         self._watchers: dict[str, Any] = {}  # topic-partition -> zero-permit consumer
 
@@ -296,6 +299,7 @@ class Planner:
             partition=p,
             batch_rows=batch_rows,
             idle_timeout=self.poll_timeout_ms / 1000,
+            on_corrupt=self.on_corrupt,
         )
         return batches
 

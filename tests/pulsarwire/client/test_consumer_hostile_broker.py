@@ -12,7 +12,9 @@ so the consumer sees exactly the bytes a test chose:
   FlowControlError closes the connection, the good messages around them all arrive, and the
   redelivery after a reconnect is not reported again;
 * chunked messages given up by the reassembler: expired ones are acknowledged, ones evicted to
-  make room redelivered (and then read whole), and the reassembler's record is drained.
+  make room redelivered (and then read whole), and the reassembler's record is drained;
+* ``read_arrow`` (the Spark source's path) raises, skips or makes rows of corrupt entries, and
+  only of those inside its range.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 
 from pulsarwire.client.blocking import Client, Consumer, ConsumerType, InitialPosition
 from pulsarwire.client.message import Message
-from pulsarwire.codec import compress, encode_batch
+from pulsarwire.codec import MessageId, compress, encode_batch
 from pulsarwire.codec.frames import encode_payload_section
 from pulsarwire.errors import CorruptMessageError, OperationTimeoutError
 from pulsarwire.proto import pb
@@ -316,3 +318,67 @@ def test_a_flood_of_evictions_keeps_the_record_bounded(fake: ScriptedBroker, pw:
     assert part._chunks.pending == 2
     assert set(part._nacks) == {(f.ledger_id, f.entry_id) for f in firsts[:198]}
     assert not fake.frames(T.REDELIVER_UNACKNOWLEDGED_MESSAGES), "redelivered before the nack delay"
+
+
+# -- read_arrow (the Spark source's path) and corrupt entries -------------------------------------
+
+
+def _range_with_poison(fake: ScriptedBroker) -> list[MessageId]:
+    """e0 batch of 3, e1 count 0, e2 single, e3 LZ4 garbage, e4 single: their entry ids."""
+    garbage = single(40, b"", compression=pb.LZ4, uncompressed_size=1000)
+    return [
+        fake.store_section(TOPIC, batch_entry(0, [b"a0", b"a1", b"a2"]), 3),
+        fake.store_section(TOPIC, batch_entry(10, [b"p"], count=0), 0),
+        fake.store(TOPIC, single(20, b""), b"b", checksum=False),
+        fake.store(TOPIC, garbage, b"\xff" * 40),
+        fake.store(TOPIC, single(50, b""), b"c"),
+    ]
+
+
+def _read(pw: Client, start: MessageId, end: MessageId, on_corrupt: str) -> list[dict[str, object]]:
+    batches = pw.read_arrow(TOPIC, start, end, idle_timeout=5, on_corrupt=on_corrupt)
+    return [row for batch in batches for row in batch.to_pylist()]
+
+
+def test_read_arrow_raises_on_a_corrupt_entry_by_default(fake: ScriptedBroker, pw: Client) -> None:
+    ids = _range_with_poison(fake)
+    with pytest.raises(CorruptMessageError) as info:
+        _read(pw, MessageId.EARLIEST, ids[-1], "raise")
+    assert info.value.message_id.entry_id == ids[1].entry_id
+
+
+def test_read_arrow_skips_corrupt_entries(fake: ScriptedBroker, pw: Client) -> None:
+    ids = _range_with_poison(fake)
+    rows = _read(pw, MessageId.EARLIEST, ids[-1], "skip")
+    assert [r["value"] for r in rows] == [b"a0", b"a1", b"a2", b"b", b"c"]
+    assert "corrupt_reason" not in rows[0]
+
+
+def test_read_arrow_makes_rows_of_corrupt_entries(fake: ScriptedBroker, pw: Client) -> None:
+    ids = _range_with_poison(fake)
+    sections = [e.section for e in fake.entries(TOPIC)]
+    rows = _read(pw, MessageId.EARLIEST, ids[-1], "rows")
+    assert [(r["value"], r["entry_id"], r["batch_index"]) for r in rows] == [
+        (b"a0", ids[0].entry_id, 0),
+        (b"a1", ids[0].entry_id, 1),
+        (b"a2", ids[0].entry_id, 2),
+        (sections[1], ids[1].entry_id, -1),
+        (b"b", ids[2].entry_id, -1),
+        (sections[3], ids[3].entry_id, -1),
+        (b"c", ids[4].entry_id, -1),
+    ]
+    reasons = [r["corrupt_reason"] for r in rows]
+    assert [i for i, reason in enumerate(reasons) if reason is not None] == [3, 5]
+    assert "num_messages_in_batch" in reasons[3] or "count" in reasons[3]
+    assert MessageId.deserialize(rows[3]["message_id"]) == MessageId(ids[1].ledger_id, ids[1].entry_id)
+    assert rows[3]["publish_time"] is None and rows[3]["producer_name"] is None
+
+
+def test_read_arrow_corrupt_entries_at_the_range_edges(fake: ScriptedBroker, pw: Client) -> None:
+    """A corrupt start entry was the range before's; a corrupt end entry ends the range at once."""
+    ids = _range_with_poison(fake)
+    rows = _read(pw, ids[1], ids[3], "rows")
+    assert [(r["entry_id"], r["corrupt_reason"] is not None) for r in rows] == [
+        (ids[2].entry_id, False),
+        (ids[3].entry_id, True),
+    ]
