@@ -448,15 +448,12 @@ class _ColumnReader(PartitionConsumer):
         return rows
 
     def _corrupt(self, mid: MessageId, error: object, permits: int, raw: bytes | None) -> None:
-        """Only corrupt entries inside the range count: one at or before the start entry was the
-        range before's, one after the end is the range after's."""
+        """Only corrupt entries inside the range count: one after the end is the range after's
+        (and one at or before the start entry the range before's: the consumer drops it)."""
         here, end = (mid.ledger_id, mid.entry_id), (self.end.ledger_id, self.end.entry_id)
-        start = self.config.start_message_id
         if self.finished or here > end:
             self.consumed(permits)
             self.finished = True
-        elif start is not None and start.ledger_id >= 0 and here <= (start.ledger_id, start.entry_id):
-            self.consumed(permits)
         else:
             if self.first_entry is None:
                 self.first_entry = here

@@ -522,8 +522,12 @@ class PartitionConsumer(Handler):
     def _corrupt(self, mid: MessageId, error: object, permits: int, raw: bytes | None) -> None:
         """An entry that cannot be read: its ``permits`` go back and it is reported once as a
         CorruptMessageError (never delivered, never acknowledged). A redelivery of an entry
-        already reported (after a reconnect) is dropped quietly."""
+        already reported (after a reconnect) is dropped quietly, and so is one at or before a
+        reader's start position (it belongs to what came before)."""
         key = _entry(mid)
+        if self._skip(mid):
+            self.consumed(permits)
+            return
         if key in self._reported:
             log.debug("consumer on %s: corrupt entry %s again; reported before", self.topic, mid)
             self.consumed(permits)
