@@ -449,11 +449,11 @@ class PartitionConsumer(Handler):
     def _on_message(self, ev: MessageReceived) -> None:
         md = ev.payload.metadata
         if self._seeking:  # sent before the broker reset the cursor: it comes again if still wanted
-            self.consumed(self._permits_of(md))
+            self.consumed(max(_declared(md), 1))
             return
         if self._seek_filter and self._seek_time is not None:
             if md.publish_time < self._seek_time:
-                self.consumed(self._permits_of(md))
+                self.consumed(max(_declared(md), 1))
                 return
             # The first entry at or after the seek time: the rest of this subscription follows it.
             # _seek_time stays until a message is handed out (last_dequeued then places a resubscribe).
@@ -514,9 +514,9 @@ class PartitionConsumer(Handler):
         return size + FRAME_PADDING
 
     def _permits_of(self, md: pb.MessageMetadata) -> int:
-        """Permits an entry gives back when it leaves without being queued (skipped, corrupt): its
-        declared count, at least 1 (Pulsar's client returns one for a corrupt entry) and at most a
-        receiver queue (a count that lies must not make us hand the broker unbounded permits)."""
+        """Permits a corrupt entry gives back: its declared count, at least 1 (Pulsar's client
+        returns one for a corrupt entry) and at most a receiver queue (a count that lies must not
+        make us hand the broker unbounded permits)."""
         return min(max(_declared(md), 1), max(self.config.receiver_queue_size, 1))
 
     def _corrupt(self, mid: MessageId, error: object, permits: int, raw: bytes | None) -> None:
