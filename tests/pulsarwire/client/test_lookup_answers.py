@@ -43,21 +43,26 @@ class Listener:
         self.port = self.sock.getsockname()[1]
         self.url = f"pulsar://127.0.0.1:{self.port}"
         self.accepted = 0
+        self.sock.settimeout(0.05)  # accept() wakes up to see close()
+        self.closed = threading.Event()
         self.thread = threading.Thread(target=self._accept, daemon=True)
         self.thread.start()
 
     def _accept(self) -> None:
-        while True:
+        while not self.closed.is_set():
             try:
                 conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
             self.accepted += 1
             conn.close()
 
     def close(self) -> None:
-        self.sock.close()
+        self.closed.set()
         self.thread.join(5)
+        self.sock.close()
 
 
 @pytest.fixture
