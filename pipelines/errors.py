@@ -36,6 +36,21 @@ class DataLossError(PipelinesError):
         self.missing_to = missing_to
 
 
+class CorruptMessageError(PipelinesError):
+    """A message of the source cannot be decoded (``onCorruptMessage=fail``): names the
+    topic-partition, the message id and the reason, and how to let the stream go on."""
+
+    def __init__(self, topic: str, message_id: str, reason: str) -> None:
+        super().__init__(
+            f"{topic}: message {message_id} is corrupt and cannot be decoded ({reason}); nothing of "
+            "this batch is written: set onCorruptMessage (job key on_corrupt_message) to skip or "
+            "quarantine to go on without it"
+        )
+        self.topic = topic
+        self.message_id = message_id
+        self.reason = reason
+
+
 class SinkError(PipelinesError):
     """Writing to Pulsar failed; the Spark task fails rather than dropping rows."""
 

@@ -421,11 +421,20 @@ class PulsarSource(Section):
     include_properties: bool | None = None
     poll_timeout_ms: PosInt | None = None
     receiver_queue_size: PosInt | None = None
+    #: a message that cannot be decoded: fail the batch, skip it, or move it to quarantine_table
+    on_corrupt_message: Literal["fail", "skip", "quarantine"] = "fail"
+    quarantine_table: Text | None = None
     client: ClientConfig = Field(default_factory=ClientConfig)
 
     @model_validator(mode="after")
     def _check(self) -> PulsarSource:
         found: list[tuple[Loc, str]] = []
+        if self.on_corrupt_message == "quarantine" and self.quarantine_table is None:
+            found.append(
+                (("quarantine_table",), "required with on_corrupt_message: quarantine (the Delta table)")
+            )
+        if self.quarantine_table is not None and self.on_corrupt_message != "quarantine":
+            found.append((("quarantine_table",), "only with on_corrupt_message: quarantine"))
         given = [k for k in ("topic", "topics", "topics_pattern") if getattr(self, k) is not None]
         if len(given) != 1:
             got = f" (got {', '.join(given)})" if given else ""
@@ -742,6 +751,10 @@ class Job(Section):
         if self.spark.delta_engine == "deltalake":
             for where, target in (
                 (("source", "delta", "path"), self.source.delta.path if self.source.delta else None),
+                (
+                    ("source", "pulsar", "quarantine_table"),
+                    self.source.pulsar.quarantine_table if self.source.pulsar else None,
+                ),
                 (("sink", "delta", "path"), self.sink.delta.path if self.sink.delta else None),
                 (("offsets",), self.offsets),
             ):
@@ -845,6 +858,8 @@ class Job(Section):
             opts["includeProperties"] = "true" if src.include_properties else "false"
         opts["subscriptionName"] = self.subscription
         opts["schema"] = src.schema_
+        if src.on_corrupt_message != "fail":
+            opts["onCorruptMessage"] = src.on_corrupt_message
         opts.update(src.client.options())
         return opts
 

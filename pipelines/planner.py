@@ -32,9 +32,10 @@ from typing import Any
 
 from pulsarwire.client.core import topic_name
 from pulsarwire.codec.message_id import MessageId
+from pulsarwire.errors import CorruptMessageError as CorruptEntry
 from pulsarwire.errors import OperationTimeoutError
 
-from .errors import OptionError, PipelinesError
+from .errors import CorruptMessageError, OptionError, PipelinesError
 from .options import ClientSettings
 from .positions import Offsets, Position, partition_of
 
@@ -131,11 +132,14 @@ class Planner:
         *,
         subscription: str | None = None,
         poll_timeout_ms: int = 30_000,
+        on_corrupt: str = "raise",
     ) -> None:
         self.settings = settings
         self.selector = selector
         self.subscription = subscription
         self.poll_timeout_ms = poll_timeout_ms
+        #: what a scan makes of a corrupt entry (``read_arrow``'s on_corrupt: a row counts like any)
+        self.on_corrupt = on_corrupt
         self._client: Any = None
         self._watchers: dict[str, Any] = {}  # topic-partition -> zero-permit consumer
 
@@ -253,7 +257,8 @@ class Planner:
         With ``at_least_one`` a message bigger than ``max_bytes`` still goes (or a stream
         would stall on it). ``more`` tells whether rows remain between the returned position
         and ``end``. Each RecordBatch is cut with Arrow kernels: no Python work per message.
-        Raises :class:`PlanCancelled` once ``stop`` is set.
+        Raises :class:`PlanCancelled` once ``stop`` is set, CorruptMessageError for a corrupt
+        entry when the planner's ``on_corrupt`` is ``raise``.
         """
         import pyarrow.compute as pc
 
@@ -282,6 +287,8 @@ class Planner:
                     position = _position_at(batch, take - 1)
                 if take < n:
                     return Scan(position, rows, nbytes, True)
+        except CorruptEntry as exc:  # onCorruptMessage=fail: the driver meets it first
+            raise CorruptMessageError(tp, str(exc.message_id), exc.reason) from exc
         finally:
             batches.close()  # the reader stops at once, also when a limit cut the range short
         return Scan(end, rows, nbytes, False)  # read through: everything up to ``end`` is taken
@@ -296,6 +303,7 @@ class Planner:
             partition=p,
             batch_rows=batch_rows,
             idle_timeout=self.poll_timeout_ms / 1000,
+            on_corrupt=self.on_corrupt,
         )
         return batches
 

@@ -16,8 +16,15 @@
   a version that rewrote rows (MERGE, UPDATE, DELETE, OVERWRITE) stops the job with an error,
   and so does a version whose write failed (SinkError naming it and the task's cause).
 
-Each micro-batch prints one progress line (batch id, rows, uncommitted messages left on the
-subscription, duration) and the run ends with a summary. ``backfill`` is a bounded batch read
+A Pulsar source whose ``on_corrupt_message`` is ``skip`` or ``quarantine`` is read with
+``onCorruptMessage=quarantine``: each micro-batch is split before the transform
+(:mod:`pipelines.quarantine`), corrupt messages are logged and counted (skip) or appended to
+the job's quarantine table (quarantine, idempotent per batch), and the transform and the sink
+see only the good rows.
+
+Each micro-batch prints one progress line (batch id, rows, corrupt messages skipped or
+quarantined, uncommitted messages left on the subscription, duration) and the run ends with
+a summary. ``backfill`` is a bounded batch read
 written idempotently slice by slice (resumable, rows/ETA printed); ``offsets_command`` shows
 or resets the stored positions.
 """
@@ -111,6 +118,7 @@ class Progress:
     _planner: Planner | None = None  # one connection for every lag figure of the run
     batches: int = 0
     rows: int = 0
+    corrupt: int = 0  # messages skipped or quarantined (on_corrupt_message)
     busy: float = 0.0  # seconds spent in batches (the rest is Spark start-up and planning)
     started: float = field(default_factory=time.monotonic)
 
@@ -126,14 +134,22 @@ class Progress:
             return "?"
         return f"{hi}" if lo == hi else f"{lo}/{avg:.0f}/{hi}"
 
-    def batch(self, batch_id: int, rows: int, seconds: float) -> None:
+    def batch(self, batch_id: int, rows: int, seconds: float, corrupt: int = 0) -> None:
         self.batches += 1
         self.rows += rows
+        self.corrupt += corrupt
         self.busy += seconds
         say(
-            f"[{self.job.name}] batch {batch_id}: {rows} rows in {seconds:.2f} s, "
-            f"uncommitted left {self.lag()}"
+            f"[{self.job.name}] batch {batch_id}: {rows} rows{self._corrupt_text(corrupt)} in "
+            f"{seconds:.2f} s, uncommitted left {self.lag()}"
         )
+
+    def _corrupt_text(self, n: int) -> str:
+        if not n:
+            return ""
+        src = self.job.source.pulsar
+        done = "quarantined" if src is not None and src.on_corrupt_message == "quarantine" else "skipped"
+        return f", {n} corrupt {'message' if n == 1 else 'messages'} {done}"
 
     def close(self) -> None:
         if self._planner is not None:
@@ -145,23 +161,51 @@ class Progress:
         took = time.monotonic() - self.started
         rate = self.rows / self.busy if self.busy > 0 else 0.0
         say(
-            f"[{self.job.name}] done: {self.batches} batches, {self.rows} rows in {took:.1f} s "
+            f"[{self.job.name}] done: {self.batches} batches, {self.rows} rows"
+            f"{self._corrupt_text(self.corrupt)} in {took:.1f} s "
             f"({rate:.0f} rows/s while in batches){extra}"
         )
 
 
-def _counted(body: Callable[[Any, int], Any], progress: Progress) -> Callable[[Any, int], None]:
-    """foreachBatch wrapper: the batch is materialised once (cached), counted, then written."""
+def _counted(body: Callable[[Any, int], int | None], progress: Progress) -> Callable[[Any, int], None]:
+    """foreachBatch wrapper: the batch is materialised once (cached), counted, then written.
+
+    ``body`` returns how many of the rows were corrupt messages (skipped or quarantined), or None.
+    """
 
     def run(df: Any, batch_id: int) -> None:
         t = time.monotonic()
         df = df.persist()
         try:
             rows = df.count()
-            body(df, batch_id)
+            corrupt = body(df, batch_id) or 0
         finally:
             df.unpersist()
-        progress.batch(batch_id, rows, time.monotonic() - t)
+        progress.batch(batch_id, rows - corrupt, time.monotonic() - t, corrupt)
+
+    return run
+
+
+def _routing_corrupt(job: Job, spark: Any, checkpoint: str, body: Callable[[Any, int], None]) -> Any:
+    """foreachBatch body of a job that skips or quarantines corrupt messages: split the raw
+    batch, settle the corrupt rows, then transform the good ones and hand them to ``body``."""
+    from . import quarantine
+
+    src = job.source.pulsar
+    assert src is not None
+
+    def run(df: Any, batch_id: int) -> int:
+        good, bad = quarantine.split(df)
+        if src.on_corrupt_message == "quarantine":
+            assert src.quarantine_table is not None
+            app_id = f"pipelines/{job.name}/{query_id(checkpoint, spark)}/quarantine"
+            corrupt = quarantine.write_quarantine(
+                bad, batch_id, src.quarantine_table, app_id, job.name, job.storage_options()
+            )
+        else:
+            corrupt = quarantine.log_skipped(bad, job.name, batch_id)
+        body(transform(job, df.sparkSession, good), batch_id)  # the batch's own (cloned) session
+        return corrupt
 
     return run
 
@@ -231,12 +275,16 @@ def _stream(job: Job, spark: Any) -> int:
         def body(df: Any, batch_id: int) -> None:
             df.show(console.rows, truncate=console.truncate)
 
+    routed = job.source.pulsar is not None and job.source.pulsar.on_corrupt_message != "fail"
+    if routed:  # corrupt messages come as rows; _routing_corrupt settles them before the transform
+        options["onCorruptMessage"] = "quarantine"
     reader = spark.readStream.format("pulsarwire")
     for key, value in options.items():
         reader = reader.option(key, value)
-    df = transform(job, spark, reader.load())
+    df = reader.load() if routed else transform(job, spark, reader.load())
+    run = _routing_corrupt(job, spark, checkpoint, body) if routed else body
     query = (
-        df.writeStream.foreachBatch(_counted(body, progress))
+        df.writeStream.foreachBatch(_counted(run, progress))
         .option("checkpointLocation", checkpoint)
         .trigger(**job.trigger.spark_kwargs())
         .queryName(job.name)
@@ -440,7 +488,7 @@ def backfill(job: Job, args: Any = None) -> int:
             reader = spark.read.format("pulsarwire")
             for key, value in opts.items():
                 reader = reader.option(key, value)
-            df = transform(job, spark, reader.load())
+            df = transform(job, spark, _quarantined(job, reader.load(), part))
             from .delta import delta_spark_available
 
             data = df if delta_spark_available(spark) else df.toArrow()
@@ -481,6 +529,22 @@ def backfill(job: Job, args: Any = None) -> int:
             spark.stop()
     progress.summary(f"; {target}")
     return 0
+
+
+def _quarantined(job: Job, raw: Any, part: Slice) -> Any:
+    """A backfill slice's rows without its corrupt messages, which go to the quarantine table
+    first (``on_corrupt_message: quarantine``; skip leaves them out in the source already)."""
+    src = job.source.pulsar
+    if src is None or src.on_corrupt_message != "quarantine":
+        return raw
+    from . import quarantine
+
+    assert src.quarantine_table is not None
+    raw = raw.cache()  # read once: split twice
+    good, bad = quarantine.split(raw)
+    app_id = f"pipelines/{job.name}/backfill/{part.key()}/quarantine"
+    quarantine.write_quarantine(bad, 0, src.quarantine_table, app_id, job.name, job.storage_options())
+    return good
 
 
 def _end_positions(opts: dict[str, str]) -> Offsets:

@@ -16,6 +16,16 @@ the broker delivers is not adjacent to the start: with ``failOnDataLoss=true``
 topic-partition and the missing range; with ``false`` the gap is logged and
 reading continues.
 
+A message that cannot be decoded (a corrupt entry: checksum, compression, batch
+layout, a batch count that lies) is handled by ``onCorruptMessage``: ``fail``
+(default) fails the task with :class:`~pipelines.errors.CorruptMessageError`
+naming topic-partition, message id and reason; ``skip`` leaves it out (logged on
+the executor with its id); ``quarantine`` hands it on as a row of its own whose
+``corruptReason`` (string) and ``corruptBytes`` (the entry as the broker sent it)
+are set and whose other columns are null, except its topic, partition and ids.
+Under ``quarantine`` every row has these two columns (null on good rows): the
+writer routes (the pipelines runner appends them to the job's quarantine table).
+
 A stream with ``subscriptionName`` (default: derived from the topics) keeps a
 durable subscription that holds the backlog on the broker; it is acknowledged
 only up to offsets Spark has committed (``commit``) or that a restarted query
@@ -53,9 +63,10 @@ from pyspark.sql.types import (
 )
 
 from pulsarwire.codec.message_id import MessageId
+from pulsarwire.errors import CorruptMessageError as CorruptEntry
 from pulsarwire.errors import OperationTimeoutError
 
-from .errors import DataLossError, OptionError
+from .errors import CorruptMessageError, DataLossError, OptionError
 from .options import (
     ClientSettings,
     Spec,
@@ -111,7 +122,15 @@ KNOWN_OPTIONS = {
     "offsetstore",
     "job",
     "receiverqueuesize",
+    "oncorruptmessage",
 }
+
+#: onCorruptMessage values, the default first
+ON_CORRUPT = ("fail", "skip", "quarantine")
+#: onCorruptMessage -> what pulsarwire's read_arrow makes of a corrupt entry
+_BULK_ON_CORRUPT = {"fail": "raise", "skip": "skip", "quarantine": "rows"}
+#: the columns quarantine adds (null on every row that is not a corrupt message)
+CORRUPT_REASON, CORRUPT_BYTES = "corruptReason", "corruptBytes"
 
 
 def source_schema(options: Mapping[str, str]) -> StructType:
@@ -142,6 +161,8 @@ def source_schema(options: Mapping[str, str]) -> StructType:
     ]
     if not include:
         fields = [f for f in fields if f.name != "properties"]
+    if on_corrupt_mode(options) == "quarantine":
+        fields += [StructField(CORRUPT_REASON, StringType()), StructField(CORRUPT_BYTES, BinaryType())]
     return StructType(fields)
 
 
@@ -149,6 +170,11 @@ def source_schema(options: Mapping[str, str]) -> StructType:
 def schema_mode(options: Mapping[str, str]) -> str:
     """The ``schema`` option: ``raw`` (default) or ``auto``. Raises OptionError."""
     return opt_choice(options, "schema", ("raw", "auto"))
+
+
+def on_corrupt_mode(options: Mapping[str, str]) -> str:
+    """The ``onCorruptMessage`` option: ``fail`` (default), ``skip`` or ``quarantine``. Raises OptionError."""
+    return opt_choice(options, "onCorruptMessage", ON_CORRUPT)
 
 
 @dataclass(frozen=True)
@@ -191,6 +217,13 @@ class SourceOptions:
     offset_store: str | None
     job: str | None
     schema_mode: str = "raw"
+    on_corrupt: str = "fail"
+
+    @property
+    def scan_on_corrupt(self) -> str:
+        """What the driver's scans (admission control) make of a corrupt entry: with ``fail`` the
+        scan fails too, otherwise it counts as one row (the executors skip or quarantine it)."""
+        return "raise" if self.on_corrupt == "fail" else "rows"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -252,6 +285,7 @@ class SourceOptions:
             offset_store=store,
             job=job,
             schema_mode=schema_mode(options),
+            on_corrupt=on_corrupt_mode(options),
         )
 
 
@@ -295,7 +329,9 @@ def bounds(opts: SourceOptions, *, ends_only: bool = False) -> tuple[Offsets, Of
 
     With ``ends_only`` the start is left empty (no seek by time is spent on it).
     """
-    planner = Planner(opts.settings, opts.selector, poll_timeout_ms=opts.poll_timeout_ms)
+    planner = Planner(
+        opts.settings, opts.selector, poll_timeout_ms=opts.poll_timeout_ms, on_corrupt=opts.scan_on_corrupt
+    )
     try:
         parts = planner.partitions()
         latest = planner.latest(parts)
@@ -331,6 +367,7 @@ class ReadRange:
     include_properties: bool
     receiver_queue_size: int
     value_schema: Any = None  # a pipelines.schemas.ValueSchema under schema=auto: decodes ``value``
+    on_corrupt: str = "fail"
 
 
 def gap_after(start: Position, first: MessageId) -> bool:
@@ -351,8 +388,15 @@ def gap_after(start: Position, first: MessageId) -> bool:
 
 
 def _spark_batch(batch: Any, include_properties: bool, value_schema: Any = None) -> Any:
+    """A bulk RecordBatch in the source's Spark schema (with ``corruptReason``/``corruptBytes``
+    when the bulk reader made rows of corrupt entries)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
+    from pulsarwire.client.bulk import CORRUPT_REASON as BULK_REASON
+
+    reasons = batch.column(BULK_REASON) if BULK_REASON in batch.schema.names else None
+    good = None if reasons is None or reasons.null_count == len(reasons) else pc.is_null(reasons)
     arrays = []
     names = []
     for spark_name, bulk_name in _COLUMNS:
@@ -361,11 +405,34 @@ def _spark_batch(batch: Any, include_properties: bool, value_schema: Any = None)
         col = batch.column(bulk_name)
         if bulk_name in ("publish_time", "event_time"):
             col = col.cast(pa.timestamp("us", tz="UTC"))
-        elif bulk_name == "value" and value_schema is not None:
-            col = value_schema.decode(batch)  # raises SchemaDecodeError naming the message
+        elif bulk_name == "value":
+            col = _values(batch, good, value_schema)
         arrays.append(col)
         names.append(spark_name)
+    if reasons is not None:
+        raw = batch.column("value")
+        if good is None:  # no corrupt row in this batch
+            corrupt_bytes = pa.nulls(len(raw), pa.binary())
+        else:
+            corrupt_bytes = pc.if_else(good, pa.scalar(None, pa.binary()), raw)
+        arrays += [reasons, corrupt_bytes]
+        names += [CORRUPT_REASON, CORRUPT_BYTES]
     return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _values(batch: Any, good: Any, value_schema: Any) -> Any:
+    """The ``value`` column: as read, or decoded under schema=auto; null on corrupt rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if good is None:
+        return batch.column("value") if value_schema is None else value_schema.decode(batch)
+    if value_schema is None:
+        raw = batch.column("value")
+        return pc.if_else(good, raw, pa.scalar(None, raw.type))
+    decoded = value_schema.decode(batch.filter(good))  # raises SchemaDecodeError naming the message
+    slot = pc.subtract(pc.cumulative_sum(good.cast(pa.int64())), 1)  # each good row's place in it
+    return decoded.take(pc.if_else(good, slot, pa.scalar(None, pa.int64())))
 
 
 def read_range(r: ReadRange) -> Iterator[Any]:
@@ -390,10 +457,13 @@ def read_range(r: ReadRange) -> Iterator[Any]:
             receiver_queue_size=r.receiver_queue_size,
             idle_timeout=r.poll_timeout_ms / 1000,
             on_first=check,
+            on_corrupt=_BULK_ON_CORRUPT[r.on_corrupt],
         )
         try:
             for batch in batches:
                 yield _spark_batch(batch, r.include_properties, r.value_schema)
+        except CorruptEntry as exc:
+            raise CorruptMessageError(r.topic, str(exc.message_id), exc.reason) from exc
         except OperationTimeoutError:
             if seen_first:
                 raise
@@ -428,6 +498,7 @@ def _ranges(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPart
                 include_properties=opts.include_properties,
                 receiver_queue_size=opts.receiver_queue_size,
                 value_schema=value_schema,
+                on_corrupt=opts.on_corrupt,
             )
         )
         for tp, e in end.items()
@@ -527,6 +598,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.opts.selector,
                 subscription=self.opts.subscription,
                 poll_timeout_ms=self.opts.poll_timeout_ms,
+                on_corrupt=self.opts.scan_on_corrupt,
             )
         return self._planner
 

@@ -87,10 +87,12 @@ class PayloadError(RemoteProtocolError):
     """The payload section of a SEND/MESSAGE frame is invalid.
 
     When raised by the frame decoder, ``command`` holds the frame's decoded
-    command (the frame itself was consumed; the stream stays aligned).
+    command and ``section`` the payload section's bytes as received (the frame
+    itself was consumed; the stream stays aligned).
     """
 
     command: object = None
+    section: bytes | None = None
 
 
 class BadMagicError(PayloadError):
@@ -229,6 +231,19 @@ class TooManyRedirectsError(ClientError):
     """A lookup was redirected more times than allowed (a redirect loop)."""
 
 
+class BadLookupAnswerError(ClientError):
+    """A lookup (or one of its redirects) answered with a broker address this client must not use."""
+
+
+class InvalidBrokerUrlError(BadLookupAnswerError):
+    """A broker URL is not ``pulsar://host:port`` / ``pulsar+ssl://host:port`` (bad scheme, host or port)."""
+
+
+class TlsDowngradeError(BadLookupAnswerError):
+    """A client on ``pulsar+ssl://`` was sent to a broker only by a plaintext URL: never followed, as
+    the Java client uses only ``brokerServiceUrlTls`` when TLS is on."""
+
+
 class ReachedEndOfTopicError(ClientError):
     """The topic was terminated and every message has been received: nothing more will come."""
 
@@ -236,12 +251,18 @@ class ReachedEndOfTopicError(ClientError):
 class CorruptMessageError(ClientError):
     """A received entry failed validation (checksum, decompression, batch layout).
 
-    ``message_id`` names it; it is neither delivered nor acknowledged.
+    ``message_id`` names it (the entry: batch index -1), ``reason`` says what is wrong and
+    ``raw`` holds the entry's bytes as the broker sent them when they are known (for a
+    quarantine); it is neither delivered nor acknowledged.
     """
 
-    def __init__(self, message: str, *, message_id: object) -> None:
+    def __init__(
+        self, message: str, *, message_id: object, reason: str = "", raw: bytes | None = None
+    ) -> None:
         super().__init__(message)
         self.message_id = message_id
+        self.reason = reason or message
+        self.raw = raw
 
 
 class InvalidConfigurationError(ClientError, ValueError):

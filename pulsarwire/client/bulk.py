@@ -14,6 +14,14 @@ out, so memory stays bounded by ``receiver_queue_size`` however slow the caller 
 entries) or a whole entry (batch_index -1: the entry is included entirely).
 pyarrow is imported lazily: it is part of the ``spark`` extra, not a runtime
 dependency of pulsarwire.
+
+A corrupt entry inside the range (see the consumer) is, by ``on_corrupt``:
+``"raise"`` (default) CorruptMessageError; ``"skip"`` logged and left out;
+``"rows"`` one row of its own, with ``value`` = the entry's bytes as the broker
+sent them, its entry id (batch index -1), null metadata columns and the reason
+in an extra ``corrupt_reason`` column (null on every other row). A corrupt entry
+at or before the start belongs to the range before (it was handled there) and
+one after the end to the range after.
 """
 
 from __future__ import annotations
@@ -21,15 +29,21 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import logging
 import uuid
 from collections.abc import AsyncGenerator, Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pulsarwire.codec.batch import BatchColumns, as_text, key_bytes, split_batch_columns
 from pulsarwire.codec.chunks import is_chunk
 from pulsarwire.codec.entry import EntryMessage, uncompressed_payload
 from pulsarwire.codec.message_id import MessageId
-from pulsarwire.errors import OperationTimeoutError, PulsarWireError
+from pulsarwire.errors import (
+    CorruptMessageError,
+    InvalidConfigurationError,
+    OperationTimeoutError,
+    PulsarWireError,
+)
 from pulsarwire.proto import pb
 from pulsarwire.protocol.connection import MessageReceived
 
@@ -39,6 +53,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from .core import AsyncClient
+
+log = logging.getLogger("pulsarwire.bulk")
+OnCorrupt = Literal["raise", "skip", "rows"]
+#: the extra column of ``on_corrupt="rows"``
+CORRUPT_REASON = "corrupt_reason"
 
 COLUMNS = (
     "key",
@@ -57,10 +76,11 @@ COLUMNS = (
 )
 
 
-def arrow_schema() -> pa.Schema:
+def arrow_schema(*, corrupt_reason: bool = False) -> pa.Schema:
+    """The RecordBatch schema of :func:`read_arrow` (with ``corrupt_reason`` for ``on_corrupt="rows"``)."""
     import pyarrow as pa
 
-    return pa.schema(
+    schema = pa.schema(
         [
             ("key", pa.binary()),
             ("value", pa.binary()),
@@ -77,6 +97,7 @@ def arrow_schema() -> pa.Schema:
             ("message_id", pa.binary()),
         ]
     )
+    return schema.append(pa.field(CORRUPT_REASON, pa.string())) if corrupt_reason else schema
 
 
 def _past(mid: MessageId, end: MessageId) -> bool:
@@ -165,7 +186,10 @@ class _Rows:
     :class:`~pulsarwire.codec.batch.BatchColumns`, without a Python object per message.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, corrupt_reason: bool = False) -> None:
+        self.corrupt_reason = corrupt_reason
+        #: row -> why it is corrupt (rows that stand for corrupt entries)
+        self.reasons: dict[int, str] = {}
         self.count = 0
         self.keys: list[bytes | None] = []
         self.values: list[bytes] = []
@@ -173,7 +197,7 @@ class _Rows:
         self.property_counts: list[int] = []
         self.property_keys: list[str] = []
         self.property_values: list[str] = []
-        self.sequence_ids: list[int] = []
+        self.sequence_ids: list[int | None] = []
         #: each entry's message ids: id_heads[e] + the bytes of the row's batch index + id_tails[e]
         #: (id_split[e] == 1), or id_heads[e] alone (0)
         self.id_heads: list[bytes] = []
@@ -185,18 +209,31 @@ class _Rows:
         self.max_index = -1
         self.ledger_ids: list[int] = []
         self.entry_ids: list[int] = []
-        self.publish_times: list[int] = []
-        self.producer_names: list[str] = []
+        self.publish_times: list[int | None] = []
+        self.producer_names: list[str | None] = []
 
-    def _entry(self, mid: MessageId, md: pb.MessageMetadata, n: int, first_index: int) -> None:
+    def _entry(self, mid: MessageId, md: pb.MessageMetadata | None, n: int, first_index: int) -> None:
         self.index_shifts.append(first_index - self.count)
         self.max_index = max(self.max_index, first_index + n - 1)
         self.count += n
         self.run_ends.append(self.count)
         self.ledger_ids.append(mid.ledger_id)
         self.entry_ids.append(mid.entry_id)
-        self.publish_times.append(md.publish_time)
-        self.producer_names.append(md.producer_name)
+        self.publish_times.append(None if md is None else md.publish_time)
+        self.producer_names.append(None if md is None else md.producer_name)
+
+    def add_corrupt(self, mid: MessageId, raw: bytes, reason: str) -> None:
+        """A row standing for a corrupt entry: its bytes, its entry id and why (nothing else is known)."""
+        self.reasons[self.count] = reason
+        self._entry(mid, None, 1, -1)
+        self.keys.append(None)
+        self.values.append(raw)
+        self.event_times.append(None)
+        self.property_counts.append(0)
+        self.sequence_ids.append(None)
+        self.id_heads.append(mid.serialize())
+        self.id_tails.append(b"")
+        self.id_split.append(0)
 
     def add_batch(
         self, base: MessageId, partition: int, md: pb.MessageMetadata, cols: BatchColumns, rows: int
@@ -266,7 +303,7 @@ class _Rows:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        schema = arrow_schema()
+        schema = arrow_schema(corrupt_reason=self.corrupt_reason)
         types = {f.name: f.type for f in schema}
         n = self.count
         ends = pa.array(self.run_ends, pa.int32())
@@ -311,7 +348,14 @@ class _Rows:
             "sequence_id": pa.array(self.sequence_ids, types["sequence_id"]),
             "message_id": message_id,
         }
-        return pa.RecordBatch.from_arrays([arrays[c] for c in COLUMNS], schema=schema)
+        if self.corrupt_reason:
+            reasons = self.reasons
+            arrays[CORRUPT_REASON] = (
+                pa.array([reasons.get(i) for i in range(n)], pa.string())
+                if reasons
+                else pa.nulls(n, pa.string())
+            )
+        return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
 
 class _ColumnReader(PartitionConsumer):
@@ -323,12 +367,19 @@ class _ColumnReader(PartitionConsumer):
     """
 
     def __init__(
-        self, client: AsyncClient, topic: str, partition: int, config: ConsumerConfig, end: MessageId
+        self,
+        client: AsyncClient,
+        topic: str,
+        partition: int,
+        config: ConsumerConfig,
+        end: MessageId,
+        on_corrupt: OnCorrupt = "raise",
     ):
         super().__init__(client, topic, partition, config, MessageQueue())
         self.end = end
+        self.on_corrupt = on_corrupt
         self.finished = False
-        self.rows = _Rows()
+        self.rows = _Rows(on_corrupt == "rows")
         self.arrived = asyncio.Event()
         #: (ledger_id, entry_id) of the first entry the broker delivered, before any filtering
         self.first_entry: tuple[int, int] | None = None
@@ -357,7 +408,7 @@ class _ColumnReader(PartitionConsumer):
             super()._on_message(ev)
             return
         try:
-            data = uncompressed_payload(md, ev.payload.payload, self.config.max_message_size)
+            data = uncompressed_payload(md, ev.payload.payload, self._max_uncompressed())
             cols = split_batch_columns(data, n)
         except PulsarWireError:
             cols = None
@@ -393,8 +444,33 @@ class _ColumnReader(PartitionConsumer):
             self.arrived.set()
 
     def take(self) -> _Rows:
-        rows, self.rows = self.rows, _Rows()
+        rows, self.rows = self.rows, _Rows(self.on_corrupt == "rows")
         return rows
+
+    def _corrupt(self, mid: MessageId, error: object, permits: int, raw: bytes | None) -> None:
+        """Only corrupt entries inside the range count: one after the end is the range after's
+        (and one at or before the start entry the range before's: the consumer drops it)."""
+        here, end = (mid.ledger_id, mid.entry_id), (self.end.ledger_id, self.end.entry_id)
+        if self.finished or here > end:
+            self.consumed(permits)
+            self.finished = True
+        else:
+            if self.first_entry is None:
+                self.first_entry = here
+            self.finished = here == end
+            super()._corrupt(mid, error, permits, raw)
+        self.arrived.set()
+
+    def _report(self, error: CorruptMessageError) -> int:
+        if self.on_corrupt == "raise":
+            return super()._report(error)
+        mid = cast(MessageId, error.message_id)
+        if self.on_corrupt == "skip":
+            log.warning("%s: skipping corrupt message %s: %s", self.topic, mid, error.reason)
+            return 0
+        self.rows.add_corrupt(mid, error.raw or b"", error.reason)
+        self.last_dequeued = mid
+        return 1  # the row's permit comes back when the rows are handed out
 
     def _deliver(
         self,
@@ -427,6 +503,7 @@ async def read_arrow(
     receiver_queue_size: int = 10_000,
     idle_timeout: float | None = None,
     on_first: Callable[[MessageId], None] | None = None,
+    on_corrupt: OnCorrupt = "raise",
 ) -> AsyncGenerator[pa.RecordBatch, None]:
     """Yield the messages in (start, end] of one topic-partition as RecordBatches.
 
@@ -434,10 +511,16 @@ async def read_arrow(
     first entry the broker delivered (batch index -1): a caller checks it for a
     gap after ``start`` (data removed by retention) and may raise to stop.
 
-    Raises CorruptMessageError for an entry that fails validation and
-    OperationTimeoutError when nothing arrives for ``idle_timeout`` seconds
-    (default: the client's operation timeout) before ``end`` is reached.
+    ``on_corrupt`` says what an entry that fails validation becomes (see the module
+    docstring): ``"raise"`` CorruptMessageError, ``"skip"`` nothing, ``"rows"`` a row
+    with a ``corrupt_reason``.
+
+    Raises CorruptMessageError (``on_corrupt="raise"``) and OperationTimeoutError when
+    nothing arrives for ``idle_timeout`` seconds (default: the client's operation timeout)
+    before ``end`` is reached; InvalidConfigurationError for an unknown ``on_corrupt``.
     """
+    if on_corrupt not in ("raise", "skip", "rows"):
+        raise InvalidConfigurationError(f"on_corrupt must be raise, skip or rows, got {on_corrupt!r}")
     if end.entry_id < 0 or (start.ledger_id >= 0 and not _after(end, start)):
         return
     # Permits come back as rows are handed out: the queue must hold at least two batches.
@@ -450,7 +533,7 @@ async def read_arrow(
         start_message_id_inclusive=False,
         receiver_queue_size=receiver_queue_size,
     )
-    reader = _ColumnReader(client, topic, partition, cfg, end)
+    reader = _ColumnReader(client, topic, partition, cfg, end, on_corrupt)
     timeout = client.operation_timeout if idle_timeout is None else idle_timeout
     await reader.start()
     try:

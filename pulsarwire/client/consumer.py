@@ -19,9 +19,21 @@ protocol 17 on each ACK asks for a receipt: acks the broker did not apply
 resubscribe sends the queued acks before its FLOW, so nothing acknowledged
 comes back; a message still waiting in the ack queue is not delivered again.
 
-An entry that fails validation (checksum, decompression, batch layout) is
-neither delivered nor acknowledged: ``receive`` raises CorruptMessageError
-naming it. After REACHED_END_OF_TOPIC, ``receive`` raises
+An entry that fails validation (checksum, decompression, batch layout, a batch
+count below 1 or more than its bytes hold) is neither delivered nor
+acknowledged: ``receive`` raises CorruptMessageError naming it, once — the
+redelivery that follows a reconnect is dropped quietly (a bounded record of
+reported entries, cleared by a seek). Its permits go back like a consumed
+message's, and a count below 1 (which a broker may charge as nothing) widens the
+flow-control books instead of tripping them. Decompression is bounded by the
+broker's ``max_message_size`` from CONNECTED plus Pulsar's frame padding.
+
+Chunked messages given up by the reassembler are settled as the Java client
+does: expired ones are acknowledged (they can never complete), ones evicted to
+make room are redelivered after the negative-ack delay (acknowledged with
+``auto_ack_oldest_chunked_message_on_queue_full``), and later chunks of such a
+message follow it the same way; the reassembler's record of them is drained
+after every chunk. After REACHED_END_OF_TOPIC, ``receive`` raises
 ReachedEndOfTopicError once the queue is empty.
 
 Reconnects (connection loss, CLOSE_CONSUMER, unload) resubscribe — a reader
@@ -38,14 +50,14 @@ import contextlib
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from pulsarwire.codec.batch import ack_set_for, unacked_indexes
-from pulsarwire.codec.chunks import ChunkReassembler, is_chunk
+from pulsarwire.codec.chunks import EVICTED, EXPIRED, ChunkReassembler, is_chunk
 from pulsarwire.codec.entry import EntryMessage, open_entry
-from pulsarwire.codec.frames import new_command
+from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, new_command
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
@@ -84,6 +96,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("pulsarwire.consumer")
 T = pb.BaseCommand
 SubType = pb.CommandSubscribe.SubType
+#: corrupt entries remembered per consumer so a redelivery is not reported again
+REPORTED_LIMIT = 1024
+#: uuids of chunked messages given up, remembered so their later chunks follow them
+GIVEN_UP_LIMIT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +120,10 @@ class ConsumerConfig:
     ack_group_time_ms: int = 100
     max_pending_chunked_message: int = 10
     expire_time_of_incomplete_chunked_message_ms: int = 60_000
-    max_message_size: int = 5 * 1024 * 1024
+    #: acknowledge (instead of redeliver) a chunked message evicted to make room for another
+    auto_ack_oldest_chunked_message_on_queue_full: bool = False
+    #: decompression limit; None: the broker's max_message_size from CONNECTED
+    max_message_size: int | None = None
     dead_letter_policy: DeadLetterPolicy | None = None
     key_shared_policy: KeySharedPolicy | None = None
 
@@ -258,6 +277,10 @@ class PartitionConsumer(Handler):
             max_pending=config.max_pending_chunked_message,
             expire_after_ms=config.expire_time_of_incomplete_chunked_message_ms,
         )
+        #: corrupt entries already reported (a redelivery after a reconnect is not news)
+        self._reported: OrderedDict[tuple[int, int], None] = OrderedDict()
+        #: uuid of a chunked message given up -> True when its chunks are acked, False: redelivered
+        self._given_up: OrderedDict[str, bool] = OrderedDict()
 
     async def start(self) -> None:
         """Subscribe for the first time; raises when the consumer cannot be created.
@@ -355,20 +378,25 @@ class PartitionConsumer(Handler):
         self.queue.put_error(exc)
 
     # -- events from the connection ------------------------------------------------
-    def _within_permits(self, messages: int) -> bool:
-        """Count one entry of ``messages`` messages; False when the broker had no permit for it.
+    def _within_permits(self, declared: int) -> bool:
+        """Count one entry that declares ``declared`` messages; False when the broker had no permit for it.
 
         A broker sends an entry only while it holds permits, and takes as many permits as the
         entry has messages: even when it sends several batches on the strength of a few
         permits, it never sends more *entries* than it was granted permits in all. It may give
         permits back for messages we asked to be redelivered, at most one per message it sent
-        us, so a redelivery request widens the books by that much. An entry beyond them is a
-        broker flooding us: the connection is closed with FlowControlError (nothing of the
-        entry is queued or acknowledged; the resubscribe gets it again), so the receive queue
-        stays bounded by the permits granted.
+        us, so a redelivery request widens the books by that much. An entry whose count is
+        below 1 (corrupt) may have cost the broker nothing, or even given it permits (Pulsar's
+        dispatcher takes the count as it is): it widens the books by ``1 - declared``, at most
+        a receiver queue, so a poison entry never makes an honest broker look like a flood.
+        An entry beyond the books is a broker flooding us: the connection is closed with
+        FlowControlError (nothing of the entry is queued or acknowledged; the resubscribe gets
+        it again), so the receive queue stays bounded by the permits granted.
         """
         self._entries += 1
-        self._received += messages
+        self._received += max(declared, 1)
+        if declared < 1:
+            self._granted += min(1 - declared, max(self.config.receiver_queue_size, 1))
         if self._entries <= self._granted:
             return True
         conn = self.connection
@@ -383,19 +411,13 @@ class PartitionConsumer(Handler):
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, MessageReceived):
-            md = event.payload.metadata
-            if self._within_permits(max(int(md.num_messages_in_batch), 1)):
+            if self._within_permits(_declared(event.payload.metadata)):
                 self._on_message(event)
         elif isinstance(event, CorruptMessage):
             if not self._within_permits(1):
                 return
             mid = event.message_id.with_partition(self.partition)
-            self.consumed(1)
-            self.queue.put_error(
-                CorruptMessageError(
-                    f"message {mid} on {self.topic} is corrupt: {event.error}", message_id=mid
-                )
-            )
+            self._corrupt(mid, event.error, 1, event.raw)
         elif isinstance(event, ConsumerClosedByBroker):
             self._lost("closed by the broker")
         elif isinstance(event, EndOfTopic):
@@ -427,11 +449,11 @@ class PartitionConsumer(Handler):
     def _on_message(self, ev: MessageReceived) -> None:
         md = ev.payload.metadata
         if self._seeking:  # sent before the broker reset the cursor: it comes again if still wanted
-            self.consumed(max(int(md.num_messages_in_batch), 1))
+            self.consumed(max(_declared(md), 1))
             return
         if self._seek_filter and self._seek_time is not None:
             if md.publish_time < self._seek_time:
-                self.consumed(max(int(md.num_messages_in_batch), 1))
+                self.consumed(max(_declared(md), 1))
                 return
             # The first entry at or after the seek time: the rest of this subscription follows it.
             # _seek_time stays until a message is handed out (last_dequeued then places a resubscribe).
@@ -442,12 +464,18 @@ class PartitionConsumer(Handler):
             if self._skip(entry_id):
                 self.consumed(1)
                 return
+            if md.chunk_id > 0 and md.uuid in self._given_up:  # a later chunk of a message given up
+                self.consumed(1)
+                self._settle_chunks([_entry(entry_id)], ack=self._given_up[md.uuid])
+                return
+            self._given_up.pop(md.uuid, None)  # chunk 0 again: the message starts over
             try:
                 done = self._chunks.add(md, ev.payload.payload, entry_id, int(time.time() * 1000))
             except PulsarWireError as exc:
-                self.consumed(1)
-                self.queue.put_error(CorruptMessageError(f"chunk {entry_id}: {exc}", message_id=entry_id))
+                self._settle_dropped_chunks()
+                self._corrupt(entry_id, f"chunk: {exc}", 1, ev.payload.entry)
                 return
+            self._settle_dropped_chunks()
             if done is None:
                 self.consumed(1)
                 return
@@ -458,7 +486,7 @@ class PartitionConsumer(Handler):
             self._deliver(mid, done.metadata, None, done.payload, ev.redelivery_count)
             return
         try:
-            messages = open_entry(md, ev.payload.payload, self.config.max_message_size)
+            messages = open_entry(md, ev.payload.payload, self._max_uncompressed())
             keep = set(unacked_indexes(ev.ack_set, len(messages))) if ev.ack_set else None
             key = (base.ledger_id, base.entry_id)
             if key in self._pending_acks:  # acked, the ack not sent yet: those are no news
@@ -471,15 +499,91 @@ class PartitionConsumer(Handler):
                     mine = set(range(len(messages))) - self._batches.get(key, set())
                 keep = mine if keep is None else keep & mine
         except PulsarWireError as exc:
-            self.consumed(int(md.num_messages_in_batch) if md.HasField("num_messages_in_batch") else 1)
-            self.queue.put_error(
-                CorruptMessageError(
-                    f"message {entry_id} on {self.topic} is corrupt: {exc}", message_id=entry_id
-                )
-            )
+            self._corrupt(entry_id, exc, self._permits_of(md), ev.payload.entry)
             return
         batch_size = len(messages) if md.HasField("num_messages_in_batch") else 0
         self._deliver_entry(base, md, messages, keep, batch_size, ev.redelivery_count)
+
+    def _max_uncompressed(self) -> int:
+        """The largest payload an entry may decompress to: the configured ``max_message_size``, or
+        the one the broker announced in CONNECTED, plus Pulsar's frame padding."""
+        size = self.config.max_message_size
+        if size is None:
+            conn = self.connection
+            size = conn.max_message_size if conn is not None else DEFAULT_MAX_MESSAGE_SIZE
+        return size + FRAME_PADDING
+
+    def _permits_of(self, md: pb.MessageMetadata) -> int:
+        """Permits a corrupt entry gives back: its declared count, at least 1 (Pulsar's client
+        returns one for a corrupt entry) and at most a receiver queue (a count that lies must not
+        make us hand the broker unbounded permits)."""
+        return min(max(_declared(md), 1), max(self.config.receiver_queue_size, 1))
+
+    def _corrupt(self, mid: MessageId, error: object, permits: int, raw: bytes | None) -> None:
+        """An entry that cannot be read: its ``permits`` go back and it is reported once as a
+        CorruptMessageError (never delivered, never acknowledged). A redelivery of an entry
+        already reported (after a reconnect) is dropped quietly, and so is one at or before a
+        reader's start position (it belongs to what came before)."""
+        key = _entry(mid)
+        if self._skip(mid):
+            self.consumed(permits)
+            return
+        if key in self._reported:
+            log.debug("consumer on %s: corrupt entry %s again; reported before", self.topic, mid)
+            self.consumed(permits)
+            return
+        self._reported[key] = None
+        if len(self._reported) > REPORTED_LIMIT:
+            self._reported.popitem(last=False)
+        reason = str(error)
+        log.warning("consumer on %s: message %s is corrupt: %s", self.topic, mid, reason)
+        report = CorruptMessageError(
+            f"message {mid} on {self.topic} is corrupt: {reason}", message_id=mid, reason=reason, raw=raw
+        )
+        self.consumed(permits - self._report(report))
+
+    def _report(self, error: CorruptMessageError) -> int:
+        """Hand a corrupt entry to the user: ``receive`` raises ``error``. Returns the permits kept
+        back (given when what stands for the entry is consumed later): none here."""
+        self.queue.put_error(error)
+        return 0
+
+    def _settle_dropped_chunks(self) -> None:
+        """Drain the reassembler's record of messages given up: an expired one is acknowledged, one
+        evicted to make room redelivered (or acknowledged with
+        ``auto_ack_oldest_chunked_message_on_queue_full``); an inconsistent one was reported as
+        corrupt and is left alone, like any corrupt entry."""
+        for dropped in self._chunks.take_dropped():
+            if dropped.cause == EXPIRED:
+                ack = True
+            elif dropped.cause == EVICTED:
+                ack = self.config.auto_ack_oldest_chunked_message_on_queue_full
+            else:
+                continue
+            log.warning(
+                "consumer on %s: chunked message %s given up (%s); its %d chunks are %s",
+                self.topic,
+                dropped.uuid,
+                dropped.reason,
+                len(dropped.chunk_ids),
+                "acknowledged" if ack else "redelivered",
+            )
+            self._given_up[dropped.uuid] = ack
+            if len(self._given_up) > GIVEN_UP_LIMIT:
+                self._given_up.popitem(last=False)
+            self._settle_chunks([_entry(c) for c in dropped.chunk_ids], ack=ack)
+
+    def _settle_chunks(self, entries: list[tuple[int, int]], *, ack: bool) -> None:
+        """Acknowledge the chunks' entries, or have them redelivered as negatively acknowledged
+        ones are (after ``negative_ack_redelivery_delay_ms``: a message evicted again and again
+        must not make the broker and us pass it back and forth without pause)."""
+        if ack:
+            for key in entries:
+                self._queue_ack(key, None)
+            return
+        due = time.monotonic() + self.config.negative_ack_redelivery_delay_ms / 1000
+        for key in entries:
+            self._nacks[key] = due
 
     def _deliver_entry(
         self,
@@ -750,11 +854,8 @@ class PartitionConsumer(Handler):
             now = time.monotonic()
             due = [k for k, t in self._nacks.items() if t <= now]
             due += [k for k, t in self._unacked.items() if t <= now and k not in due]
-            expired = self._chunks.expire(int(time.time() * 1000))
-            if expired:
-                log.warning(
-                    "consumer on %s: %d incomplete chunked messages expired", self.topic, len(expired)
-                )
+            if self._chunks.expire(int(time.time() * 1000)):
+                self._settle_dropped_chunks()
             if due:
                 for k in due:
                     self._nacks.pop(k, None)
@@ -805,6 +906,7 @@ class PartitionConsumer(Handler):
         self._pending_acks.clear()
         self._nacks.clear()
         self._unacked.clear()
+        self._reported.clear()  # after a seek a corrupt entry is news again
         self.last_dequeued = None
         self.queue.drop(self)
         self._seeking = True  # what is still on the wire is from before the seek
@@ -913,6 +1015,11 @@ class PartitionConsumer(Handler):
 
 def _entry(mid: MessageId) -> tuple[int, int]:
     return (mid.ledger_id, mid.entry_id)
+
+
+def _declared(md: pb.MessageMetadata) -> int:
+    """The message count an entry declares (1 when it is not a batch); may be anything when corrupt."""
+    return int(md.num_messages_in_batch) if md.HasField("num_messages_in_batch") else 1
 
 
 def _key(mid: MessageId) -> tuple[int, int, int]:

@@ -4,7 +4,10 @@
 :mod:`pulsarwire.client.blocking` runs it on a background loop). It keeps one
 :class:`~pulsarwire.io.pool.ConnectionPool`; lookups go to a service URL
 (round-robin over ``pulsar://host1:port,host2:port``) and follow Redirect
-answers for at most ``MAX_REDIRECTS`` hops, echoing ``authoritative``.
+answers for at most ``MAX_REDIRECTS`` hops, echoing ``authoritative``. A client on
+``pulsar+ssl://`` follows only the TLS URL of an answer (TlsDowngradeError otherwise)
+and a malformed URL in an answer is an InvalidBrokerUrlError: both fail the lookup at
+once, as retrying gets the same answer.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
     ClientError,
+    InvalidBrokerUrlError,
+    InvalidConfigurationError,
     PulsarWireError,
+    TlsDowngradeError,
     TooManyRedirectsError,
     server_error,
 )
 from pulsarwire.io.connection import Connection
-from pulsarwire.io.pool import ConnectionPool, TlsOptions
+from pulsarwire.io.pool import ConnectionPool, TlsOptions, parse_broker_url
 from pulsarwire.proto import pb
 
 from .consumer import Consumer, ConsumerConfig, MessageQueue, PartitionConsumer
@@ -46,15 +52,26 @@ CLIENT_VERSION = f"pulsarwire-{__version__}"
 
 
 def parse_service_url(url: str) -> list[str]:
-    """``pulsar://h1:p1,h2:p2`` → ``["pulsar://h1:p1", "pulsar://h2:p2"]``; raises ValueError."""
+    """``pulsar://h1:p1,h2:p2`` → ``["pulsar://h1:p1", "pulsar://h2:p2"]``.
+
+    Raises InvalidConfigurationError (a ValueError) for another scheme, an empty host or a bad port.
+    """
     parts = urlsplit(url)
     if parts.scheme not in ("pulsar", "pulsar+ssl"):
-        raise ValueError(f"service URL must start with pulsar:// or pulsar+ssl://, got {url!r}")
+        raise InvalidConfigurationError(
+            f"service URL must start with pulsar:// or pulsar+ssl://, got {url!r}"
+        )
     hosts = parts.netloc.split(",")
     if not all(hosts):
-        raise ValueError(f"empty host in service URL {url!r}")
+        raise InvalidConfigurationError(f"empty host in service URL {url!r}")
     default_port = 6651 if parts.scheme == "pulsar+ssl" else 6650
-    return [f"{parts.scheme}://{h if ':' in h else f'{h}:{default_port}'}" for h in hosts]
+    urls = [f"{parts.scheme}://{h if ':' in h else f'{h}:{default_port}'}" for h in hosts]
+    for u in urls:
+        try:
+            parse_broker_url(u)
+        except InvalidBrokerUrlError as exc:
+            raise InvalidConfigurationError(f"service URL {url!r}: {exc}") from None
+    return urls
 
 
 def topic_name(topic: str) -> str:
@@ -145,7 +162,7 @@ class AsyncClient:
                 r = resp.command.lookupTopicResponse
                 if r.response == pb.CommandLookupTopicResponse.Failed:
                     raise server_error(int(r.error), r.message or f"lookup of {topic} failed")
-                url = r.brokerServiceUrlTls if self.use_tls and r.brokerServiceUrlTls else r.brokerServiceUrl
+                url = self._broker_url(topic, r)
                 if r.response == pb.CommandLookupTopicResponse.Connect:
                     if r.proxy_through_service_url:
                         return conn.url
@@ -155,6 +172,34 @@ class AsyncClient:
             raise TooManyRedirectsError(f"lookup of {topic} redirected more than {MAX_REDIRECTS} times")
 
         return str(await self._with_retries(f"lookup {topic}", attempt))
+
+    def _broker_url(self, topic: str, r: pb.CommandLookupTopicResponse) -> str:
+        """The broker URL a lookup answer (Connect or Redirect) sends us to.
+
+        A client on ``pulsar+ssl://`` uses ``brokerServiceUrlTls`` only, as the Java client does:
+        an answer without one would mean talking in clear, and is refused (TlsDowngradeError).
+        Raises InvalidBrokerUrlError for a URL that is not ``pulsar[+ssl]://host:port``.
+        """
+        kind = "redirect" if r.response == pb.CommandLookupTopicResponse.Redirect else "lookup"
+        if self.use_tls:
+            url = r.brokerServiceUrlTls
+            if not url:
+                raise TlsDowngradeError(
+                    f"{kind} of {topic} answered no TLS URL (only {r.brokerServiceUrl or 'nothing'!r}) "
+                    "to a pulsar+ssl:// client; refusing to connect in clear"
+                )
+        else:
+            url = r.brokerServiceUrl
+        try:
+            tls, _host, _port = parse_broker_url(url)
+        except InvalidBrokerUrlError as exc:
+            raise InvalidBrokerUrlError(f"{kind} of {topic} answered a bad broker URL: {exc}") from None
+        if self.use_tls and not tls:
+            raise TlsDowngradeError(
+                f"{kind} of {topic} answered {url!r} as its TLS URL to a pulsar+ssl:// client; "
+                "refusing to connect in clear"
+            )
+        return url
 
     async def connection_for(self, topic: str) -> Connection:
         url = await self.lookup(topic)

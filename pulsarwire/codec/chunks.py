@@ -8,8 +8,12 @@ Bounds: at most ``max_pending`` messages are being assembled at once (the
 oldest is evicted to make room), the bytes held never exceed
 ``max_buffered_bytes`` (and a message never grows past its declared total),
 and contexts older than ``expire_after_ms`` are dropped by :meth:`expire`.
-Evicted/expired contexts are returned to the caller with the ids of their
-chunks so it can redeliver or ack them; nothing is dropped silently.
+Every context given up is recorded as :class:`DroppedChunks` with the ids of
+its chunks and its ``cause`` (:data:`EVICTED` to make room, :data:`EXPIRED`,
+:data:`INVALID` for inconsistent chunks) so the caller can redeliver or ack
+them; nothing is dropped silently. The caller drains the record with
+:meth:`ChunkReassembler.take_dropped` after each call; it holds at most
+``max_dropped`` contexts (older ones are counted in ``dropped_overflow``).
 Nothing is allocated from the declared total size.
 """
 
@@ -46,13 +50,20 @@ class ChunkedMessage(Generic[Id]):
     chunk_ids: tuple[Id, ...]
 
 
+#: why a partial message was given up (:attr:`DroppedChunks.cause`)
+EVICTED = "evicted"  # to make room: too many pending messages, or the byte budget
+EXPIRED = "expired"  # older than expire_after_ms
+INVALID = "invalid"  # its chunks contradict each other (a ChunkError was raised)
+
+
 @dataclass(frozen=True, slots=True)
 class DroppedChunks(Generic[Id]):
-    """A partial message given up (evicted, expired or inconsistent), with the ids it held."""
+    """A partial message given up (``cause``: EVICTED, EXPIRED or INVALID), with the ids it held."""
 
     uuid: str
     reason: str
     chunk_ids: tuple[Id, ...]
+    cause: str = INVALID
 
 
 def is_chunk(md: pb.MessageMetadata) -> bool:
@@ -67,16 +78,20 @@ class ChunkReassembler(Generic[Id]):
         max_buffered_bytes: int = 256 * 1024 * 1024,
         max_message_size: int = 1024 * 1024 * 1024,
         expire_after_ms: int = 60_000,
+        max_dropped: int = 1024,
     ) -> None:
-        if max_pending < 1 or max_buffered_bytes < 1:
-            raise ValueError("max_pending and max_buffered_bytes must be at least 1")
+        if max_pending < 1 or max_buffered_bytes < 1 or max_dropped < 1:
+            raise ValueError("max_pending, max_buffered_bytes and max_dropped must be at least 1")
         self.max_pending = max_pending
         self.max_buffered_bytes = max_buffered_bytes
         self.max_message_size = max_message_size
         self.expire_after_ms = expire_after_ms
         self._pending: OrderedDict[str, _Context[Id]] = OrderedDict()
         self._buffered = 0
+        self.max_dropped = max_dropped
         self.dropped: list[DroppedChunks[Id]] = []
+        #: dropped contexts pushed out of the record before anyone took them
+        self.dropped_overflow = 0
         self.duplicates = 0
 
     @property
@@ -87,12 +102,17 @@ class ChunkReassembler(Generic[Id]):
     def buffered_bytes(self) -> int:
         return self._buffered
 
-    def _drop(self, uuid: str, reason: str) -> DroppedChunks[Id]:
-        ctx = self._pending.pop(uuid)
-        self._buffered -= ctx.size
-        dropped = DroppedChunks(uuid, reason, tuple(ctx.ids))
+    def _record(self, dropped: DroppedChunks[Id]) -> DroppedChunks[Id]:
+        if len(self.dropped) >= self.max_dropped:
+            del self.dropped[0]
+            self.dropped_overflow += 1
         self.dropped.append(dropped)
         return dropped
+
+    def _drop(self, uuid: str, reason: str, cause: str = INVALID) -> DroppedChunks[Id]:
+        ctx = self._pending.pop(uuid)
+        self._buffered -= ctx.size
+        return self._record(DroppedChunks(uuid, reason, tuple(ctx.ids), cause))
 
     def take_dropped(self) -> list[DroppedChunks[Id]]:
         """Contexts given up since the last call (for the caller to redeliver or ack)."""
@@ -120,7 +140,7 @@ class ChunkReassembler(Generic[Id]):
                 # A chunk whose start we never saw (or already gave up): not ours to assemble.
                 raise ChunkError(f"chunk {cid} of {uuid} arrived without chunk 0")
             while len(self._pending) >= self.max_pending:
-                self._drop(next(iter(self._pending)), "too many pending chunked messages")
+                self._drop(next(iter(self._pending)), "too many pending chunked messages", EVICTED)
             ctx = _Context(uuid, num, total, now_ms)
             self._pending[uuid] = ctx
         else:
@@ -141,7 +161,7 @@ class ChunkReassembler(Generic[Id]):
             raise ChunkError(f"chunks of {uuid} exceed the declared total of {ctx.total_size} bytes")
         while self._buffered + len(payload) > self.max_buffered_bytes and len(self._pending) > 1:
             oldest = next(k for k in self._pending if k != uuid)
-            self._drop(oldest, "chunk buffer full")
+            self._drop(oldest, "chunk buffer full", EVICTED)
         if self._buffered + len(payload) > self.max_buffered_bytes:
             self._drop(uuid, "chunk buffer full")
             raise ChunkError(
@@ -156,11 +176,11 @@ class ChunkReassembler(Generic[Id]):
         del self._pending[uuid]
         self._buffered -= ctx.size
         if ctx.size != ctx.total_size:
-            self.dropped.append(DroppedChunks(uuid, "size mismatch", tuple(ctx.ids)))
+            self._record(DroppedChunks(uuid, "size mismatch", tuple(ctx.ids)))
             raise ChunkError(f"chunked message {uuid} joined to {ctx.size} bytes, declared {ctx.total_size}")
         return ChunkedMessage(uuid, md, b"".join(ctx.parts), tuple(ctx.ids))
 
     def expire(self, now_ms: int) -> list[DroppedChunks[Id]]:
         """Drop contexts started more than ``expire_after_ms`` ago; returns them."""
         old = [u for u, c in self._pending.items() if now_ms - c.started_ms > self.expire_after_ms]
-        return [self._drop(u, "expired") for u in old]
+        return [self._drop(u, "expired", EXPIRED) for u in old]

@@ -390,6 +390,7 @@ class FrameDecoder:
             return Frame(cmd, decode_payload_section(cmd, section, verify_checksum=self.verify_checksum))
         except PayloadError as exc:
             exc.command = cmd  # lets a broker answer SEND_ERROR for the right producer and sequence
+            exc.section = bytes(section)  # lets a consumer quarantine what it could not read
             raise
 
 
@@ -432,11 +433,17 @@ def encode_payload_section(
     metadata: pb.MessageMetadata | bytes,
     payload: bytes | bytearray | memoryview,
     broker_entry_metadata: pb.BrokerEntryMetadata | bytes | None = None,
+    *,
+    checksum: bool = True,
 ) -> bytes:
-    """Build ``[broker_entry] magic checksum metadata_size metadata payload``."""
+    """Build ``[broker_entry] [magic checksum] metadata_size metadata payload``.
+
+    ``checksum=False`` leaves out the optional magic and checksum (the layout some brokers
+    deliver and Pulsar's clients accept unverified).
+    """
     md = metadata if isinstance(metadata, bytes) else metadata.SerializeToString()
     body = U32.pack(len(md)) + md + payload
-    head = MAGIC_AND_CHECKSUM.pack(MAGIC_CRC32C, crc32c(body))
+    head = MAGIC_AND_CHECKSUM.pack(MAGIC_CRC32C, crc32c(body)) if checksum else b""
     if broker_entry_metadata is not None:
         bem = (
             broker_entry_metadata
@@ -452,9 +459,12 @@ def encode_payload_command(
     metadata: pb.MessageMetadata | bytes,
     payload: bytes | bytearray | memoryview,
     broker_entry_metadata: pb.BrokerEntryMetadata | bytes | None = None,
+    *,
+    checksum: bool = True,
 ) -> bytes:
-    """Frame a SEND or MESSAGE command with its metadata and payload."""
-    return encode_with_stored_entry(cmd, encode_payload_section(metadata, payload, broker_entry_metadata))
+    """Frame a SEND or MESSAGE command with its metadata and payload (see :func:`encode_payload_section`)."""
+    section = encode_payload_section(metadata, payload, broker_entry_metadata, checksum=checksum)
+    return encode_with_stored_entry(cmd, section)
 
 
 def encode_with_stored_entry(cmd: pb.BaseCommand, section: bytes | memoryview) -> bytes:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from pulsarwire.errors import ConnectError, PulsarWireError
+from pulsarwire.errors import ConnectError, InvalidBrokerUrlError, PulsarWireError
 from pulsarwire.protocol.connection import ClientProtocol
 
 from .connection import Connection
@@ -42,14 +42,21 @@ class TlsOptions:
 
 
 def parse_broker_url(url: str) -> tuple[bool, str, int]:
-    """(tls, host, port) of ``pulsar://host:port`` / ``pulsar+ssl://host:port``; raises ValueError."""
-    parts = urlsplit(url)
+    """(tls, host, port) of ``pulsar://host:port`` / ``pulsar+ssl://host:port`` (port 6650 / 6651
+    when absent); raises InvalidBrokerUrlError for a bad scheme, a missing host, a bad port or a path."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # urlsplit's own complaints: bad port, bad IPv6 brackets
+        raise InvalidBrokerUrlError(f"not a broker URL: {url!r} ({exc})") from None
     if parts.scheme not in ("pulsar", "pulsar+ssl"):
-        raise ValueError(f"not a pulsar:// or pulsar+ssl:// URL: {url!r}")
+        raise InvalidBrokerUrlError(f"not a pulsar:// or pulsar+ssl:// URL: {url!r}")
     tls = parts.scheme == "pulsar+ssl"
     if not parts.hostname:
-        raise ValueError(f"no host in {url!r}")
-    return tls, parts.hostname, parts.port or (6651 if tls else 6650)
+        raise InvalidBrokerUrlError(f"no host in {url!r}")
+    if parts.path.strip("/") or parts.query or parts.fragment or "," in parts.netloc:
+        raise InvalidBrokerUrlError(f"a broker URL is pulsar[+ssl]://host:port, got {url!r}")
+    return tls, parts.hostname, port or (6651 if tls else 6650)
 
 
 class ConnectionPool:

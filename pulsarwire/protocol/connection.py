@@ -36,7 +36,13 @@ from pulsarwire.codec.frames import (
     sub_command,
 )
 from pulsarwire.codec.message_id import MessageId
-from pulsarwire.errors import LocalProtocolError, RemoteProtocolError, TruncatedFrameError, server_error
+from pulsarwire.errors import (
+    LocalProtocolError,
+    PayloadError,
+    RemoteProtocolError,
+    TruncatedFrameError,
+    server_error,
+)
 from pulsarwire.proto import PROTOCOL_VERSION, pb
 
 from .state import CONNECTION_TRANSITIONS, ConnectionState, transition
@@ -137,6 +143,8 @@ class CorruptMessage:
     consumer_id: int
     message_id: MessageId
     error: RemoteProtocolError
+    #: the payload section as received (for a quarantine), None when the frame had none
+    raw: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,7 +376,8 @@ class ClientProtocol:
                     self._ping_sent_at = None
                 if cmd is not None and cmd.type == T.MESSAGE and self.state is ConnectionState.READY:
                     mid = MessageId.from_proto(cmd.message.message_id)
-                    self._events.append(CorruptMessage(cmd.message.consumer_id, mid, exc))
+                    raw = exc.section if isinstance(exc, PayloadError) else None
+                    self._events.append(CorruptMessage(cmd.message.consumer_id, mid, exc, raw))
                     continue
                 self._close(f"protocol error: {exc}", exc)
                 return

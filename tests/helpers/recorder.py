@@ -291,9 +291,12 @@ class Recorder:
         metadata: pb.MessageMetadata,
         payload: bytes,
         broker_entry_metadata: pb.BrokerEntryMetadata | None = None,
+        *,
+        checksum: bool = True,
     ) -> MessageId:
-        """Append an entry built from ``metadata`` and ``payload`` (already compressed/batched)."""
-        section = encode_payload_section(metadata, payload, broker_entry_metadata)
+        """Append an entry built from ``metadata`` and ``payload`` (already compressed/batched);
+        ``checksum=False`` stores it without the optional magic + CRC32C section."""
+        section = encode_payload_section(metadata, payload, broker_entry_metadata, checksum=checksum)
         num = metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
         with self._cond:
             mid = self._append(self._topic(topic), section, num)

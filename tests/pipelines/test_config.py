@@ -501,6 +501,39 @@ CASES = [
         lambda t: t + "spark:\n  conf:\n    spark.x: [1]\n",
         ['jobs/t.yaml: spark.conf["spark.x"]: expected a string, got a list'],
     ),
+    (
+        "on_corrupt_message choice",
+        lambda t: t.replace("topic: orders", "topic: orders\n    on_corrupt_message: quarantne"),
+        [
+            "jobs/t.yaml: source.pulsar.on_corrupt_message: expected one of fail, skip, quarantine, "
+            "got 'quarantne' (did you mean quarantine?)"
+        ],
+    ),
+    (
+        "quarantine without its table",
+        lambda t: t.replace("topic: orders", "topic: orders\n    on_corrupt_message: quarantine"),
+        [
+            "jobs/t.yaml: source.pulsar.quarantine_table: required with on_corrupt_message: quarantine "
+            "(the Delta table)"
+        ],
+    ),
+    (
+        "quarantine table without quarantine",
+        lambda t: t.replace(
+            "topic: orders", "topic: orders\n    on_corrupt_message: skip\n    quarantine_table: /q"
+        ),
+        ["jobs/t.yaml: source.pulsar.quarantine_table: only with on_corrupt_message: quarantine"],
+    ),
+    (
+        "quarantine table name with deltalake",
+        lambda t: t.replace(
+            "topic: orders", "topic: orders\n    on_corrupt_message: quarantine\n    quarantine_table: main.q"
+        ),
+        [
+            "jobs/t.yaml: source.pulsar.quarantine_table: 'main.q' is a table name: the deltalake engine "
+            "takes paths (or use delta-spark)"
+        ],
+    ),
 ]
 
 
@@ -728,6 +761,34 @@ def test_source_options_exact(load: Callable[..., Job]) -> None:
         "subscriptionName": "t",  # default: the job name
         "schema": "auto",
     }
+
+
+@pytest.mark.parametrize("mode", ["fail", "skip", "quarantine"])
+def test_on_corrupt_message_reaches_the_source(load: Callable[..., Job], mode: str) -> None:
+    from pipelines.source import SourceOptions, source_schema
+
+    extra = f"\n    on_corrupt_message: {mode}" + (
+        "\n    quarantine_table: /q" if mode == "quarantine" else ""
+    )
+    job = load(INGEST.replace("topic: orders", "topic: orders" + extra))
+    options = job.source_options()
+    assert options.get("onCorruptMessage") == (None if mode == "fail" else mode)  # fail: the default
+    assert SourceOptions.parse(options, streaming=True).on_corrupt == mode
+    columns = source_schema(options).fieldNames()
+    assert columns[-2:] == (
+        ["corruptReason", "corruptBytes"] if mode == "quarantine" else ["producerName", "sequenceId"]
+    )
+
+
+def test_on_corrupt_message_option_is_checked() -> None:
+    from pipelines.errors import OptionError
+    from pipelines.source import SourceOptions
+
+    options = {"service.url": "pulsar://h:6650", "topic": "orders", "onCorruptMessage": "ignore"}
+    with pytest.raises(
+        OptionError, match=r"^onCorruptMessage: expected fail or skip or quarantine, got 'ignore'"
+    ):
+        SourceOptions.parse(options, streaming=True)
 
 
 def test_source_options_accepted_by_the_source(load: Callable[..., Job]) -> None:

@@ -1,85 +1,25 @@
 """Smoke interop on a second, independent broker: pulsar-lite (Rust), judged by the official consumer.
 
-pulsar-lite runs as a subprocess on a free loopback port, with a ``--config`` TOML that disables its
-metrics listener (it would bind 0.0.0.0:8080 otherwise) and keeps its data in a temporary directory.
-Only what pulsar-lite does reliably is relied on (see shared/guide/TESTING.md): consumers subscribe
-Shared (Exclusive/Failover live consumption duplicates). Chunking is not smoke-tested here: pulsar-lite
-announces no max_message_size and refuses any chunk whose metadata + payload exceed 5 MiB, and the
-official C++ client's chunk size is process-wide state (5 MiB - 10 KiB until a broker announces one),
-so the judge itself behaves differently once any test in the process has talked to our broker.
+pulsar-lite runs as a subprocess (``lite_support.lite_url``). Only what pulsar-lite does reliably
+is relied on (see shared/guide/TESTING.md): consumers subscribe Shared (Exclusive/Failover live
+consumption duplicates). Chunking is not smoke-tested here: pulsar-lite announces no
+max_message_size and refuses any chunk whose metadata + payload exceed 5 MiB, and the official C++
+client's chunk size is process-wide state (5 MiB - 10 KiB until a broker announces one), so the
+judge itself behaves differently once any test in the process has talked to our broker (the
+consumer interop, ``test_pulsar_lite_consumer``, pins it before chunking).
 """
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pulsar
 import pytest
 
 from pulsarwire.client.blocking import Client, CompressionType, Producer
 from pulsarwire.codec import MessageId
-from pulsarwire.testing.process import stop_process
 from tests.pulsarwire.broker.support import assert_exactly, assert_silent, new_topic, position, receive_n
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def lite_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    try:
-        from pulsar_lite.binary_finder import find_pulsar_lite_binary
-
-        binary = find_pulsar_lite_binary()
-    except (ImportError, FileNotFoundError) as exc:
-        pytest.skip(f"pulsar-lite is not installed here ({exc!r}); `pip install .[test]` brings it")
-    home = tmp_path_factory.mktemp("pulsar-lite")
-    port = _free_port()
-    config = home / "pulsar-lite.toml"
-    config.write_text(
-        f'addr = "127.0.0.1:{port}"\n'
-        f'db_path = "{home / "data"}"\n'
-        'log_level = "warn"\n'
-        "\n[metrics]\nenabled = false\n"
-    )
-    log_path = home / "broker.log"
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen(
-                [binary, "--config", str(config)],
-                stdout=log,
-                stderr=log,
-                cwd=home,
-            )
-        except OSError as exc:
-            pytest.skip(f"pulsar-lite binary {binary} cannot run here: {exc}")
-        try:
-            _wait_listening(proc, port, log_path)
-            yield f"pulsar://127.0.0.1:{port}"
-        finally:
-            stop_process(proc)
-
-
-def _wait_listening(proc: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
-    deadline = time.monotonic() + 20
-    while True:
-        if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-2000:]
-            pytest.skip(f"pulsar-lite exited with {proc.returncode} before listening; log tail:\n{tail}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"pulsar-lite did not listen on 127.0.0.1:{port} within 20 s") from None
-            time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

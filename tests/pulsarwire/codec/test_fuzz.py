@@ -2,11 +2,12 @@
 
 Inputs are random bytes, random bytes behind plausible headers, and *mutated valid frames* (bit
 flips, byte sets, truncation, insertion, deletion, size-field rewrites) built with our encoder,
-including batches under every compression codec. They go through FrameDecoder (whole or in
-random pieces, with the checksum checked or not, so corrupt metadata and payloads reach the
-deeper decoders) and every decoded payload through open_entry. Any exception that is not a
-PulsarWireError fails the test. Errors inside a complete frame must also consume that frame (the
-decoder makes progress); outer framing errors end the stream.
+including batches under every compression codec, with and without the optional checksum section.
+They go through FrameDecoder (whole or in random pieces, with the checksum checked or not, so
+corrupt metadata and payloads reach the deeper decoders) and every decoded payload through
+open_entry. Any exception that is not a PulsarWireError fails the test. Errors inside a complete
+frame must also consume that frame (the decoder makes progress); outer framing errors end the
+stream.
 
 ``bench/fuzz_codec.py`` runs the same kind of inputs for millions of iterations; this file keeps
 a bounded budget so the suite stays fast.
@@ -97,16 +98,18 @@ def _message_cmd(ledger: int, entry: int) -> pb.BaseCommand:
     return cmd
 
 
-def _payload_seed(cmd: pb.BaseCommand, md: pb.MessageMetadata, payload: bytes, bem: bool) -> Seed:
+def _payload_seed(
+    cmd: pb.BaseCommand, md: pb.MessageMetadata, payload: bytes, bem: bool, checksum: bool = True
+) -> Seed:
     bem_md = pb.BrokerEntryMetadata(broker_timestamp=1_700_000_000_123, index=42) if bem else None
-    data = encode_payload_command(cmd, md, payload, bem_md)
+    data = encode_payload_command(cmd, md, payload, bem_md, checksum=checksum)
     cmd_size = len(cmd.SerializeToString())
     offsets = [0, 4]
     pos = 8 + cmd_size
     if bem_md is not None:
         offsets.append(pos + 2)
         pos += 6 + len(bem_md.SerializeToString())
-    offsets.append(pos + 6)  # metadata size
+    offsets.append(pos + 6 if checksum else pos)  # metadata size
     return Seed(data, tuple(offsets))
 
 
@@ -135,6 +138,10 @@ def _build_seeds() -> list[Seed]:
     for i, codec in enumerate([pb.NONE, pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY]):
         md = _meta(num_messages_in_batch=len(entries), uncompressed_size=len(raw), compression=codec)
         seeds.append(_payload_seed(_message_cmd(10 + i, i), md, compress(codec, raw), bem=bool(i % 2)))
+        # The same entry without the optional checksum section (as pulsar-lite delivers entries).
+        seeds.append(
+            _payload_seed(_message_cmd(20 + i, i), md, compress(codec, raw), bem=not i % 2, checksum=False)
+        )
     # A stream of several frames, so that mutations hit frame boundaries too.
     stream = b"".join(s.data for s in seeds[:3]) + seeds[-1].data
     seeds.append(Seed(stream, (0, 4)))

@@ -1226,6 +1226,7 @@ class _HandlerMachine(RuleBasedStateMachine):
         # consumer model
         self.queued = 0
         self.queue_errors: list[type[BaseException]] = []
+        self.reported: set[tuple[int, int]] = set()  # corrupt entries reported (never twice)
 
     # -- plumbing ----------------------------------------------------------------------------
     def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
@@ -1690,8 +1691,11 @@ class ConsumerMachine(_HandlerMachine):
             for i in range(count)
         )
         self._step(Ev.OTHER, lambda: self._feed(conn, data))
-        if corrupt:  # never delivered: a typed error naming the message
-            self.queue_errors.extend([CorruptMessageError] * count)
+        if corrupt:  # never delivered: a typed error naming the message, once per entry
+            for i in range(count):
+                if (ledger, entry + i) not in self.reported:
+                    self.reported.add((ledger, entry + i))
+                    self.queue_errors.append(CorruptMessageError)
         else:
             self.queued += count
 
