@@ -15,7 +15,13 @@ topic the topic's setting wins over its namespace's, which wins over the broker'
 Pulsar's order of topic policies, namespace policies and broker configuration:
 
 * ``deduplication`` -- Pulsar's ``deduplicationEnabled`` (broker: ``brokerDeduplicationEnabled``);
-* ``schema_compatibility`` -- ``schemaCompatibilityStrategy`` (broker default FULL).
+* ``schema_compatibility`` -- ``schemaCompatibilityStrategy`` (broker default FULL);
+* ``retention`` -- ``retention_policies`` (:class:`Retention`): kept and answered by the admin API;
+  this broker never deletes acknowledged messages by itself, so every retention is honoured.
+
+Tenants exist while one of their namespaces does, or once created by :meth:`Namespaces.create_tenant`
+(the admin REST API's ``PUT /admin/v2/tenants/{tenant}``; such a tenant without namespaces is kept in
+memory only).
 
 A partition has the policies of its partitioned topic (Pulsar keeps topic policies per
 partitioned topic). A scope is written ``tenant/namespace`` or as a topic name of three parts
@@ -56,17 +62,27 @@ class NamespaceNotFound(PulsarWireError):
 
 
 @dataclass(frozen=True, slots=True)
+class Retention:
+    """Pulsar's ``RetentionPolicies``: minutes and megabytes acknowledged messages are kept (-1: no limit)."""
+
+    minutes: int = 0
+    size_mb: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Policies:
     """Settings of one namespace or topic; None = not set there (inherited)."""
 
     deduplication: bool | None = None
     schema_compatibility: Compatibility | None = None
+    retention: Retention | None = None
 
     def over(self, base: Policies) -> Policies:
         """These settings where they are set, ``base``'s elsewhere."""
         return Policies(
             base.deduplication if self.deduplication is None else self.deduplication,
             base.schema_compatibility if self.schema_compatibility is None else self.schema_compatibility,
+            base.retention if self.retention is None else self.retention,
         )
 
 
@@ -110,6 +126,7 @@ class Namespaces:
         self._names: set[str] = {check_namespace(n) for n in names}
         self._policies: dict[str, Policies] = {}
         self._effective: dict[tuple[str, Policies], Policies] = {}
+        self._tenants: set[str] = set()
         for scope, p in (policies or {}).items():
             self.set_policies(scope, p)
 
@@ -124,6 +141,21 @@ class Namespaces:
         if check_namespace(namespace) in self._names:
             return False
         self._names.add(namespace)
+        return True
+
+    def tenants(self) -> list[str]:
+        """The tenants that exist: those of the namespaces and those created on their own."""
+        return sorted(self._tenants | {n.partition("/")[0] for n in self._names})
+
+    def has_tenant(self, tenant: str) -> bool:
+        return tenant in self._tenants or any(n.partition("/")[0] == tenant for n in self._names)
+
+    def create_tenant(self, tenant: str) -> bool:
+        """Create ``tenant`` (False when it exists); raises PolicySyntaxError for a bad name."""
+        check_namespace(f"{tenant}/x")
+        if self.has_tenant(tenant):
+            return False
+        self._tenants.add(tenant)
         return True
 
     def require(self, namespace: str) -> None:

@@ -184,6 +184,30 @@ class SchemaRegistry:
             self._remember(owner, version, new.definition)  # the next registration compares with it
         return version
 
+    def is_compatible(self, topic: str, schema: pb.Schema, strategy: Compatibility) -> bool:
+        """Whether :meth:`register` would accept ``schema`` under ``strategy`` (nothing is stored).
+
+        Pulsar's ``isCompatible`` (the admin API's compatibility test). Raises InvalidSchemaError for
+        a schema that is not valid at all (too large, nested too deep, not a valid definition).
+        """
+        if schema.type == _NO_SCHEMA:
+            return True
+        new = _Candidate.of(schema, self.max_schema_size)
+        owner = schema_owner(topic)
+        if new.identity in self._known.get(owner, {}):
+            return True
+        new.validate()
+        history = self._history.get(owner, [])
+        if not history:
+            return True
+        try:
+            self._check(owner, history if strategy.transitive else history[-1:], new, strategy)
+        except InvalidSchemaError:
+            raise
+        except IncompatibleSchemaError:
+            return False
+        return True
+
     def check_consumer(self, topic: str, schema: pb.Schema, strategy: Compatibility) -> None:
         """Refuse (IncompatibleSchemaError) a consumer's schema the topic's history does not allow.
 

@@ -188,6 +188,8 @@ class BrokerConfig:
     max_watchers_per_connection: int = MAX_WATCHERS_PER_CONNECTION
     #: largest serialized schema accepted (Pulsar documents no cap but the message size)
     max_schema_size: int = MAX_SCHEMA_SIZE
+    #: the web service (admin REST API, HTTP lookup, /metrics; 0 = any free port); None = off
+    http_port: int | None = None
 
 
 class BrokerStartError(PulsarWireError):
@@ -282,6 +284,8 @@ class Broker:
         self._dirty_topics: set[Topic] = set()
         self._tls_server: asyncio.AbstractServer | None = None
         self.tls_port = cfg.tls_port
+        #: the web service when ``http_port`` is set (see web.py)
+        self.web: Any = None
         self._advertised_host: str | None = None
         self.name = "standalone"
         #: set by Cluster: who owns which topic
@@ -315,6 +319,11 @@ class Broker:
         if self._tls_server is None:
             return None
         return f"pulsar+ssl://{_url_host(self.advertised_host)}:{self.tls_port}"
+
+    @property
+    def http_url(self) -> str | None:
+        """``http://host:port`` of the web service (None when it is off)."""
+        return self.web.url if self.web is not None else None
 
     async def astart(self) -> None:
         """Listen; raises BrokerStartError (one line: what and why) when the data dir is unusable or
@@ -360,9 +369,27 @@ class Broker:
                 self._server = None
                 raise
             self.tls_port = self._tls_server.sockets[0].getsockname()[1]
-        log.info("broker listening on %s %s", self.service_url, self.service_url_tls or "")
+        if cfg.http_port is not None:
+            from .web import WebService
+
+            web = WebService(self)
+            try:
+                await web.start(cfg.host, cfg.http_port)
+            except BaseException:
+                for server in (self._server, self._tls_server):
+                    if server is not None:
+                        server.close()
+                self._server = self._tls_server = None
+                raise
+            self.web = web
+            cfg.http_port = web.port  # a restart listens on the same port
+        urls = (self.service_url, self.service_url_tls, self.http_url)
+        log.info("broker listening on %s", " ".join(u for u in urls if u))
 
     async def astop(self) -> None:
+        if self.web is not None:
+            await self.web.stop()
+            self.web = None
         for server in (self._server, self._tls_server):
             if server is not None:
                 server.close()
