@@ -541,3 +541,9 @@ def test_http_port_flag() -> None:
     with broker_url("--http-port", str(port)) as url:
         assert url.startswith("pulsar://")
         assert call(f"http://127.0.0.1:{port}", "GET", "/admin/v2/brokers/health")[:2] == (200, "ok")
+
+
+def test_pytest_fixture_serves_http(pulsar_broker: Broker) -> None:
+    u = pulsar_broker.http_url
+    assert u is not None
+    assert call(u, "GET", "/admin/v2/namespaces/public")[:2] == (200, ["public/default"])
