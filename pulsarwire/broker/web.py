@@ -850,8 +850,11 @@ class WebService:
         return Response(202, {"version": {"version": version if version is not None else -1}})
 
     def on_delete_schema(self, request: Request, p: dict[str, str]) -> Response:
-        self._schema_topic(request, p, SUPERUSER, "delete schemas")
-        raise HttpError(501, "deleting schemas is not implemented by this broker")
+        topic = self._schema_topic(request, p, SUPERUSER, "delete schemas")
+        version = self.broker.schemas.delete(topic)
+        if version is None:
+            raise HttpError(404, "Schema not found")
+        return Response(200, {"version": version})
 
     def on_test_compatibility(self, request: Request, p: dict[str, str]) -> Response:
         topic = self._schema_topic(request, p, LOOKUP, "test schema compatibility")

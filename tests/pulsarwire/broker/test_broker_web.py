@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jwt
@@ -315,6 +316,30 @@ def test_schemas(web: Broker) -> None:
     assert call(u, "POST", path, {"type": "AVRO", "schema": "{not avro"})[0] == 422
     # The binary protocol sees the same registry.
     assert web.call(web.schemas.get, f"persistent://public/default/{name}", None).version == 1
+    # Deleting: a marker version; earlier versions stay readable by number; a new history starts.
+    assert call(u, "DELETE", path)[:2] == (200, {"version": 2})
+    assert call(u, "GET", path)[:2] == (404, {"reason": "Schema not found"})
+    assert call(u, "GET", path + "/2")[0] == 404
+    assert call(u, "GET", path + "/0")[1]["data"] == AVRO_V1
+    assert call(u, "DELETE", path)[0] == 404
+    assert call(u, "POST", path, without_default)[:2] == (202, {"version": {"version": 3}})
+
+
+def test_schema_deletion_survives_a_restart(tmp_path: Path) -> None:
+    with Broker(http_port=0, data_dir=tmp_path) as b:
+        u = b.http_url
+        assert u is not None
+        path = "/admin/v2/schemas/public/default/kept/schema"
+        assert call(u, "POST", path, {"type": "AVRO", "schema": AVRO_V1})[0] == 202
+        assert call(u, "DELETE", path)[:2] == (200, {"version": 1})
+        b.restart()
+        u = b.http_url
+        assert u is not None
+        assert call(u, "GET", path)[0] == 404
+        assert call(u, "POST", path, {"type": "AVRO", "schema": AVRO_V2_NO_DEFAULT})[:2] == (
+            202,
+            {"version": {"version": 2}},
+        )
 
 
 # -- lookup, official client over http:// ---------------------------------------------------------
