@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -572,3 +574,21 @@ def test_pytest_fixture_serves_http(pulsar_broker: Broker) -> None:
     u = pulsar_broker.http_url
     assert u is not None
     assert call(u, "GET", "/admin/v2/namespaces/public")[:2] == (200, ["public/default"])
+
+
+def test_http_port_taken_is_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "pulsarwire.broker", "--port", "0", "--http-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"pulsarwire broker: cannot listen on 127.0.0.1:{port}: address already in use"
+        " (another broker running? choose another port)"
+    ]
