@@ -57,7 +57,15 @@ from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Authenticator, Identity, Peer
 from .authz import CONSUME, LOOKUP, PRODUCE, Action, Grants
 from .faults import Faults, corrupt
 from .naming import TopicName
-from .policies import DEFAULT_NAMESPACE, Namespaces, Policies, read_names, write_names
+from .policies import (
+    DEFAULT_NAMESPACE,
+    Namespaces,
+    Policies,
+    read_names,
+    read_state,
+    write_names,
+    write_state,
+)
 from .schemas import MAX_SCHEMA_SIZE, Compatibility, IncompatibleSchemaError, SchemaRegistry
 from .storage import (
     DEFAULT_CACHE_BYTES,
@@ -469,14 +477,21 @@ class Broker:
         if path is not None and path.exists():
             self.partitioned = {k: int(v) for k, v in json.loads(path.read_text()).items()}
         if self.cluster is None:  # a cluster's brokers share one registry (Cluster sets it)
-            kept = read_names(cfg.data_dir) if cfg.data_dir is not None else []
-            self.namespaces = Namespaces([*cfg.namespaces, *kept], cfg.policies)
+            names = [*cfg.namespaces, *(read_names(cfg.data_dir) if cfg.data_dir is not None else [])]
+            tenants, kept = read_state(cfg.data_dir, names) if cfg.data_dir is not None else ([], {})
+            # Policies set at run time (admin REST API) are kept; the flags of this start win over them.
+            self.namespaces = Namespaces(names, {**kept, **cfg.policies}, tenants)
 
     def _keep_namespaces(self) -> None:
         """Write the namespaces into the data dir when it does not hold them all yet."""
         data_dir = self.config.data_dir
         if data_dir is not None and set(read_names(data_dir)) != set(self.namespaces.names()):
             write_names(data_dir, self.namespaces.names())
+
+    def keep_policies(self) -> None:
+        """Write the tenants and policies set at run time into the data dir, if any. Raises OSError."""
+        if self.config.data_dir is not None:
+            write_state(self.config.data_dir, self.namespaces)
 
     def _save_metadata(self) -> None:
         path = self._meta_path()

@@ -436,6 +436,7 @@ class WebService:
         values = {f: getattr(current, f) for f in ("deduplication", "schema_compatibility", "retention")}
         values.update(changes)
         ns.set_policies(scope, Policies(**values))
+        self.broker.keep_policies()
 
     # -- broker ------------------------------------------------------------------------
     def on_metrics(self, request: Request, p: dict[str, str]) -> Response:
@@ -478,6 +479,7 @@ class WebService:
             self._body_json(request, dict, "a TenantInfo object")
         if not self.broker.namespaces.create_tenant(p["tenant"]):
             raise HttpError(409, "Tenant already exists")
+        self.broker.keep_policies()
         return Response(204)
 
     def on_list_namespaces(self, request: Request, p: dict[str, str]) -> Response:

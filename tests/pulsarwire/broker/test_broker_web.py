@@ -327,6 +327,27 @@ def test_schemas(web: Broker) -> None:
     assert call(u, "POST", path, without_default)[:2] == (202, {"version": {"version": 3}})
 
 
+def test_tenants_and_policies_survive_a_restart(tmp_path: Path) -> None:
+    with Broker(http_port=0, data_dir=tmp_path) as b:
+        u = b.http_url
+        assert u is not None
+        assert call(u, "PUT", "/admin/v2/tenants/lonely")[0] == 204
+        assert call(u, "PUT", "/admin/v2/tenants/kept")[0] == 204
+        assert call(u, "PUT", "/admin/v2/namespaces/kept/ns")[0] == 204
+        assert call(u, "POST", "/admin/v2/namespaces/kept/ns/deduplication", True)[0] == 204
+        retention = {"retentionTimeInMinutes": 5, "retentionSizeInMB": -1}
+        assert call(u, "POST", "/admin/v2/namespaces/kept/ns/retention", retention)[0] == 204
+        assert call(u, "POST", "/admin/v2/persistent/kept/ns/t/deduplicationEnabled", False)[0] == 204
+        b.restart()
+        u = b.http_url
+        assert u is not None
+        assert call(u, "GET", "/admin/v2/tenants")[:2] == (200, ["kept", "lonely", "public"])
+        assert call(u, "GET", "/admin/v2/namespaces/kept/ns/deduplication")[:2] == (200, True)
+        assert call(u, "GET", "/admin/v2/namespaces/kept/ns/retention")[:2] == (200, retention)
+        assert call(u, "GET", "/admin/v2/persistent/kept/ns/t/deduplicationEnabled")[:2] == (200, False)
+        assert b.call(b.deduplication_enabled, "persistent://kept/ns/other")
+
+
 def test_schema_deletion_survives_a_restart(tmp_path: Path) -> None:
     with Broker(http_port=0, data_dir=tmp_path) as b:
         u = b.http_url
