@@ -517,8 +517,13 @@ class Broker:
     def set_policies(self, scope: str, policies: Policies) -> None:
         """Set the policies of a namespace (``tenant/ns``) or topic, replacing that scope's earlier ones.
 
-        Raises PolicySyntaxError, NamespaceNotFound."""
-        self.call(self.namespaces.set_policies, scope, policies)
+        Raises PolicySyntaxError, NamespaceNotFound, OSError (the data dir cannot keep them)."""
+
+        def do() -> None:
+            self.namespaces.set_policies(scope, policies)
+            self.keep_policies()
+
+        self.call(do)
 
     def create_partitioned_topic(self, topic: str, partitions: int) -> None:
         """Create a partitioned topic; raises NamespaceNotFound when its namespace does not exist."""
