@@ -190,6 +190,13 @@ class Request:
     body: bytes = b""
     #: the authenticated role (None: no authentication on the broker)
     role: str | None = None
+    version: str = "HTTP/1.1"
+
+    @property
+    def keep_alive(self) -> bool:
+        """HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 only when asked to keep it."""
+        connection = self.headers.get("connection", "").lower()
+        return connection == "keep-alive" if self.version == "HTTP/1.0" else connection != "close"
 
     def json(self) -> Any:
         """The body as JSON; raises HttpError 400 when it is not."""
@@ -296,7 +303,7 @@ class WebService:
                     writer.write(_error(exc.status, exc.reason).encode(keep_alive=False))
                     return
                 response = self.handle(request)
-                keep_alive = request.headers.get("connection", "").lower() != "close"
+                keep_alive = request.keep_alive
                 writer.write(response.encode(keep_alive))
                 await asyncio.wait_for(writer.drain(), cfg.connect_timeout)
                 if not keep_alive:
@@ -879,7 +886,7 @@ def _parse_head(head: bytes) -> Request:
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[0].isalpha():
         raise HttpError(400, "Bad Request: malformed request line")
-    method, target, _version = parts
+    method, target, version = parts
     headers: dict[str, str] = {}
     header_lines = [line for line in lines[1:] if line]
     if len(header_lines) > MAX_HEADERS:
@@ -891,7 +898,7 @@ def _parse_head(head: bytes) -> Request:
         headers[name.lower()] = value.strip()
     split = urllib.parse.urlsplit(target)
     query = {k: v for k, v in urllib.parse.parse_qsl(split.query, keep_blank_values=True)}
-    return Request(method.upper(), split.path, query, headers)
+    return Request(method.upper(), split.path, query, headers, version=version)
 
 
 def _retention_json(retention: Retention) -> dict[str, int]:

@@ -613,3 +613,14 @@ def test_http_port_taken_is_one_line() -> None:
         f"pulsarwire broker: cannot listen on 127.0.0.1:{port}: address already in use"
         " (another broker running? choose another port)"
     ]
+
+
+def test_keep_alive_and_http_1_0(web: Broker) -> None:
+    u = web.http_url
+    assert u is not None
+    get = b"GET /admin/v2/brokers/health HTTP/1.1\r\nHost: x\r\n\r\n"
+    # Two requests on one HTTP/1.1 connection, the second asking to close.
+    answer = _raw(u, get + get.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+    assert answer.count(b"HTTP/1.1 200 OK") == 2
+    # HTTP/1.0 without keep-alive: answered, then closed (_raw reads until the close).
+    assert _raw(u, b"GET /admin/v2/brokers/health HTTP/1.0\r\n\r\n").endswith(b"\r\n\r\nok")
