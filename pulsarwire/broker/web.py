@@ -512,13 +512,21 @@ class WebService:
     def on_create_namespace(self, request: Request, p: dict[str, str]) -> Response:
         namespace = f"{p['tenant']}/{p['namespace']}"
         self._authorize(request, namespace, SUPERUSER, "administrate namespaces")
-        if request.body:
-            self._body_json(request, dict, "a Policies object")
+        policies = (
+            _policies_of_body(self._body_json(request, dict, "a Policies object")) if request.body else None
+        )
         if not self.broker.namespaces.has_tenant(p["tenant"]):
             raise HttpError(404, "Tenant does not exist")
         if namespace in self.broker.namespaces:
             raise HttpError(409, "Namespace already exists")
         self.broker.create_namespace(namespace)
+        if policies is not None and policies != Policies():
+            self._update_policies(
+                namespace,
+                deduplication=policies.deduplication,
+                schema_compatibility=policies.schema_compatibility,
+                retention=policies.retention,
+            )
         return Response(204)
 
     def on_namespace_topics(self, request: Request, p: dict[str, str]) -> Response:
@@ -546,13 +554,8 @@ class WebService:
 
     def on_set_namespace_retention(self, request: Request, p: dict[str, str]) -> Response:
         namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
-        body = self._body_json(request, dict, "a RetentionPolicies object")
-        minutes, size = body.get("retentionTimeInMinutes", 0), body.get("retentionSizeInMB", 0)
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= -1 for v in (minutes, size)):
-            raise HttpError(
-                412, "Invalid retention policy: retentionTimeInMinutes and retentionSizeInMB are -1 or more"
-            )
-        self._update_policies(namespace, retention=Retention(minutes, size))
+        retention = _retention(self._body_json(request, dict, "a RetentionPolicies object"))
+        self._update_policies(namespace, retention=retention)
         return Response(204)
 
     def on_get_namespace_compatibility(self, request: Request, p: dict[str, str]) -> Response:
@@ -899,6 +902,35 @@ def _parse_head(head: bytes) -> Request:
     split = urllib.parse.urlsplit(target)
     query = {k: v for k, v in urllib.parse.parse_qsl(split.query, keep_blank_values=True)}
     return Request(method.upper(), split.path, query, headers, version=version)
+
+
+def _retention(body: dict[str, Any]) -> Retention:
+    """A RetentionPolicies object; raises HttpError 412 for values below -1 or not numbers."""
+    minutes, size = body.get("retentionTimeInMinutes", 0), body.get("retentionSizeInMB", 0)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= -1 for v in (minutes, size)):
+        raise HttpError(
+            412, "Invalid retention policy: retentionTimeInMinutes and retentionSizeInMB are -1 or more"
+        )
+    return Retention(minutes, size)
+
+
+def _policies_of_body(body: dict[str, Any]) -> Policies:
+    """The settings of a Pulsar Policies object this broker has (deduplicationEnabled,
+    schema_compatibility_strategy, retention_policies); the others are ignored. Raises HttpError 400/412."""
+    dedup = body.get("deduplicationEnabled")
+    if dedup is not None and not isinstance(dedup, bool):
+        raise HttpError(400, "deduplicationEnabled must be true or false")
+    strategy = body.get("schema_compatibility_strategy")
+    compatibility = None
+    if strategy is not None and strategy != "UNDEFINED":
+        try:
+            compatibility = Compatibility.parse(str(strategy))
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from None
+    retention = body.get("retention_policies")
+    if retention is not None and not isinstance(retention, dict):
+        raise HttpError(400, "retention_policies must be an object")
+    return Policies(dedup, compatibility, _retention(retention) if retention is not None else None)
 
 
 def _retention_json(retention: Retention) -> dict[str, int]:

@@ -140,6 +140,19 @@ def test_namespace_policies_apply_to_topics(web: Broker) -> None:
     assert call(u, "GET", "/admin/v2/namespaces/pol/ns/retention")[:2] == (200, retention)
     bad = {"retentionTimeInMinutes": -5, "retentionSizeInMB": 1}
     assert call(u, "POST", "/admin/v2/namespaces/pol/ns/retention", bad)[0] == 412
+    # PUT with a Policies body: the settings this broker has are applied (as the official client's
+    # test setup creates its namespaces); the others (auth_policies...) are not.
+    body = {
+        "replication_clusters": ["standalone"],
+        "deduplicationEnabled": True,
+        "schema_compatibility_strategy": "FORWARD",
+        "auth_policies": {"namespace_auth": {"anonymous": ["produce"]}},
+    }
+    assert call(u, "PUT", "/admin/v2/namespaces/pol/with-body", body)[0] == 204
+    assert web.call(web.deduplication_enabled, "persistent://pol/with-body/t")
+    assert web.call(web.schema_compatibility, "persistent://pol/with-body/t") is Compatibility.FORWARD
+    assert call(u, "PUT", "/admin/v2/namespaces/pol/bad-body", {"deduplicationEnabled": "on"})[0] == 400
+    assert "pol/bad-body" not in web.namespaces
     # A topic policy wins over its namespace's, and can be removed again.
     path = "/admin/v2/persistent/pol/ns/t/deduplicationEnabled"
     assert call(u, "GET", path)[0] == 204
