@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import socket
 import ssl
 import threading
@@ -556,6 +557,29 @@ class Broker:
 
         return cast(tuple[int, int], self.call(do))
 
+    def delete_topic(self, topic: str) -> None:
+        """Forget a topic (a partitioned one: all its partitions) with its stored entries, subscriptions
+        and cursors, as Pulsar's topic deletion; its schema stays. Connected clients are not told
+        (the admin API refuses to delete a topic in use unless forced, and disconnects them first)."""
+
+        def forget(name: str) -> None:
+            found = self.topics.pop(name, None)
+            if found is not None:
+                self._dirty_topics.discard(found)
+                found.log.close()
+            if self.config.data_dir is not None and name.startswith("persistent://"):
+                shutil.rmtree(topic_dir(self.config.data_dir, name), ignore_errors=True)
+
+        def do() -> None:
+            name = TopicName.parse(topic)
+            n = self.partitioned.pop(str(name), None)
+            for part in [str(name.partition(i)) for i in range(n)] if n else [str(name)]:
+                forget(part)
+            if n:
+                self._save_metadata()
+
+        self.call(do)
+
     def trim_topic(self, topic: str, entries: int) -> None:
         """Drop the oldest ``entries`` entries (simulates retention)."""
 
@@ -700,6 +724,21 @@ class Broker:
         for b in brokers:
             for watcher, digest in b.watchers.topic_created(name):
                 watcher.owner.send_watch_update(watcher.watcher_id, [name], digest)
+
+    def topics_in(self, namespace: str, mode: int = Mode.PERSISTENT) -> list[str]:
+        """The topics of ``namespace`` of the domains ``mode`` asks for (partitions, not their parent),
+        as GET_TOPICS_OF_NAMESPACE and the admin API list them."""
+        domains = _DOMAINS_OF_MODE.get(cast(Any, mode), ("persistent",))
+        prefixes = tuple(f"{domain}://{namespace}/" for domain in domains)
+        names: set[str] = set()
+        for name, n in self.partitioned.items():
+            if name.startswith(prefixes):
+                names.update(str(TopicName.parse(name).partition(i)) for i in range(n))
+        names.update(t for t in self.topics if t.startswith(prefixes))
+        if self.config.data_dir is not None and "persistent" in domains:
+            # Topics written before a restart exist even while no client has loaded them yet.
+            names.update(t for t in stored_topics(self.config.data_dir) if t.startswith(prefixes))
+        return sorted(names)
 
     def topic_exists(self, name: str) -> bool:
         if name in self.topics or name in self.partitioned:
@@ -1728,21 +1767,11 @@ class ServerConnection(asyncio.Protocol):
         self.send(resp)
 
     def broker_topics_in(self, namespace: str, mode: int = Mode.PERSISTENT) -> list[str]:
-        """The topics of ``namespace`` of the domains ``mode`` asks for (partitions, not their parent).
+        """The topics of ``namespace`` of the domains ``mode`` asks for (see :meth:`Broker.topics_in`).
 
         Watchers list persistent topics only, as Pulsar's topic-list watchers.
         """
-        domains = _DOMAINS_OF_MODE.get(cast(Any, mode), ("persistent",))
-        prefixes = tuple(f"{domain}://{namespace}/" for domain in domains)
-        names: set[str] = set()
-        for name, n in self.broker.partitioned.items():
-            if name.startswith(prefixes):
-                names.update(str(TopicName.parse(name).partition(i)) for i in range(n))
-        names.update(t for t in self.broker.topics if t.startswith(prefixes))
-        if self.broker.config.data_dir is not None and prefixes[0].startswith("persistent://"):
-            # Topics written before a restart exist even while no client has loaded them yet.
-            names.update(t for t in stored_topics(self.broker.config.data_dir) if t.startswith(prefixes))
-        return sorted(names)
+        return self.broker.topics_in(namespace, mode)
 
     # -- topic list watchers -------------------------------------------------------------
     def on_watch_topic_list(self, cmd: pb.BaseCommand, _: Any) -> None:

@@ -34,7 +34,6 @@ import contextlib
 import http
 import json
 import logging
-import shutil
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -49,7 +48,6 @@ from .naming import TopicName
 from .policies import NamespaceNotFound, Policies, PolicySyntaxError, Retention
 from .schemas import Compatibility, IncompatibleSchemaError, InvalidSchemaError, type_name
 from .server import _listen, _url_host
-from .storage import topic_dir
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -66,6 +64,10 @@ MAX_HTTP_CONNECTIONS = 1024
 #: Marks routes that need a superuser (Pulsar: tenant admin or superuser).
 SUPERUSER: frozenset[Action] = frozenset()
 _DOMAINS = ("persistent", "non-persistent")
+_MODE = pb.CommandGetTopicsOfNamespace.Mode
+#: ``?mode=`` of a namespace's topic list, and the mode listing one domain
+_MODES = {"PERSISTENT": _MODE.PERSISTENT, "NON_PERSISTENT": _MODE.NON_PERSISTENT, "ALL": _MODE.ALL}
+_DOMAIN_MODES = {"persistent": _MODE.PERSISTENT, "non-persistent": _MODE.NON_PERSISTENT}
 _SCHEMA_TYPES = {name.upper(): value for name, value in pb.Schema.Type.items()}
 _SCHEMA_TYPES["NONE"] = pb.Schema.Type.Value("None")
 _SCHEMA_TYPES["BYTES"] = pb.Schema.Type.Value("None")
@@ -531,11 +533,10 @@ class WebService:
 
     def on_namespace_topics(self, request: Request, p: dict[str, str]) -> Response:
         namespace = self._namespace(request, p, LOOKUP, "list the topics of the namespace")
-        modes = {"PERSISTENT": ("persistent",), "NON_PERSISTENT": ("non-persistent",), "ALL": _DOMAINS}
         mode = request.query.get("mode", "PERSISTENT").upper()
-        if mode not in modes:
+        if mode not in _MODES:
             raise HttpError(400, f"unknown mode {mode!r} (PERSISTENT, NON_PERSISTENT, ALL)")
-        return Response(200, [t for d in modes[mode] for t in self._topics_in(namespace, d)])
+        return Response(200, self.broker.topics_in(namespace, _MODES[mode]))
 
     def on_get_namespace_deduplication(self, request: Request, p: dict[str, str]) -> Response:
         namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
@@ -578,24 +579,9 @@ class WebService:
         return Response(204)
 
     # -- topics ------------------------------------------------------------------------
-    def _topics_in(self, namespace: str, domain: str) -> list[str]:
-        """Non-partitioned topics and partitions of ``namespace`` in ``domain`` (Pulsar's getList)."""
-        prefix = f"{domain}://{namespace}/"
-        names: set[str] = set()
-        for name, n in self.broker.partitioned.items():
-            if name.startswith(prefix):
-                names.update(str(TopicName.parse(name).partition(i)) for i in range(n))
-        names.update(t for t in self.broker.topics if t.startswith(prefix))
-        data_dir = self.broker.config.data_dir
-        if data_dir is not None and domain == "persistent":
-            from .storage import stored_topics
-
-            names.update(t for t in stored_topics(data_dir) if t.startswith(prefix))
-        return sorted(names)
-
     def on_list_topics(self, request: Request, p: dict[str, str]) -> Response:
         namespace = self._namespace(request, p, LOOKUP, "list the topics of the namespace")
-        return Response(200, self._topics_in(namespace, p["domain"]))
+        return Response(200, self.broker.topics_in(namespace, _DOMAIN_MODES[p["domain"]]))
 
     def on_list_partitioned_topics(self, request: Request, p: dict[str, str]) -> Response:
         namespace = self._namespace(request, p, LOOKUP, "list the topics of the namespace")
@@ -643,12 +629,8 @@ class WebService:
         n = self.broker.partitioned.get(full)
         if n is None:
             raise HttpError(404, "Partitioned topic does not exist")
-        partitions = [str(name.partition(i)) for i in range(n)]
-        self._check_deletable(partitions, request.flag("force"))
-        for part in partitions:
-            self._delete(part)
-        del self.broker.partitioned[full]
-        self.broker._save_metadata()
+        self._check_deletable([str(name.partition(i)) for i in range(n)], request.flag("force"))
+        self.broker.delete_topic(full)
         return Response(204)
 
     def on_create_topic(self, request: Request, p: dict[str, str]) -> Response:
@@ -670,7 +652,7 @@ class WebService:
         if not self.broker.topic_exists(full):
             raise HttpError(404, "Topic not found")
         self._check_deletable([full], request.flag("force"))
-        self._delete(full)
+        self.broker.delete_topic(full)
         return Response(204)
 
     def _check_deletable(self, names: list[str], force: bool) -> None:
@@ -684,17 +666,8 @@ class WebService:
                 raise HttpError(412, "Topic has active producers/subscriptions")
         if force:
             for full in names:
-                self.broker._disconnect_topic(full)
-
-    def _delete(self, full: str) -> None:
-        """Forget a topic and its stored data (its subscriptions and cursors with it)."""
-        topic = self.broker.topics.pop(full, None)
-        if topic is not None:
-            self.broker._dirty_topics.discard(topic)
-            topic.log.close()
-        data_dir = self.broker.config.data_dir
-        if data_dir is not None and full.startswith("persistent://"):
-            shutil.rmtree(topic_dir(data_dir, full), ignore_errors=True)
+                self.broker.close_producers(full)
+                self.broker.close_consumers(full)
 
     def on_topic_stats(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, LOOKUP, "get the stats of topics")

@@ -635,3 +635,23 @@ def test_keep_alive_and_http_1_0(web: Broker) -> None:
     assert answer.count(b"HTTP/1.1 200 OK") == 2
     # HTTP/1.0 without keep-alive: answered, then closed (_raw reads until the close).
     assert _raw(u, b"GET /admin/v2/brokers/health HTTP/1.0\r\n\r\n").endswith(b"\r\n\r\nok")
+
+
+def test_deleted_topics_stay_deleted_after_a_restart(tmp_path: Path) -> None:
+    with Broker(http_port=0, data_dir=tmp_path) as b:
+        client = pulsar.Client(b.service_url)
+        try:
+            client.create_producer("persistent://public/default/plain").send(b"x")
+            b.create_partitioned_topic("persistent://public/default/parts", 2)
+            client.create_producer("persistent://public/default/parts").send(b"y")
+        finally:
+            client.close()
+        u = b.http_url
+        assert u is not None
+        assert call(u, "DELETE", "/admin/v2/persistent/public/default/plain")[0] == 204
+        assert call(u, "DELETE", "/admin/v2/persistent/public/default/parts/partitions")[0] == 204
+        b.restart()
+        u = b.http_url
+        assert u is not None
+        assert call(u, "GET", "/admin/v2/persistent/public/default")[:2] == (200, [])
+        assert call(u, "GET", "/admin/v2/persistent/public/default/partitioned")[:2] == (200, [])
