@@ -231,6 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=N",
         help="create a partitioned topic with N partitions at start (repeatable)",
     )
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="also serve the admin REST API, HTTP lookup (http:// service URLs) and /metrics on this port"
+        " (0: any free port; default: off)",
+    )
     p.add_argument("--tls-port", type=int, default=None, help="also listen for pulsar+ssl:// on this port")
     p.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain for the TLS listener")
     p.add_argument("--tls-key", type=Path, default=None, help="PEM private key for the TLS listener")
@@ -458,6 +466,7 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         max_open_logs=args.max_open_logs,
         keepalive_seconds=args.keepalive,
         tls_port=args.tls_port,
+        http_port=args.http_port,
         tls_cert_file=args.tls_cert,
         tls_key_file=args.tls_key,
         tls_trust_certs_file=args.tls_trust_certs,
@@ -482,7 +491,7 @@ async def _run(args: argparse.Namespace, cfg: BrokerConfig) -> None:
         name, _, n = spec.rpartition("=")
         broker.create_partitioned_topic(name, int(n))
     await broker.astart()
-    urls = " ".join(u for u in (broker.service_url, broker.service_url_tls) if u)
+    urls = " ".join(u for u in (broker.service_url, broker.service_url_tls, broker.http_url) if u)
     print(f"pulsarwire broker ready on {urls}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

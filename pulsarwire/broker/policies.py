@@ -15,7 +15,14 @@ topic the topic's setting wins over its namespace's, which wins over the broker'
 Pulsar's order of topic policies, namespace policies and broker configuration:
 
 * ``deduplication`` -- Pulsar's ``deduplicationEnabled`` (broker: ``brokerDeduplicationEnabled``);
-* ``schema_compatibility`` -- ``schemaCompatibilityStrategy`` (broker default FULL).
+* ``schema_compatibility`` -- ``schemaCompatibilityStrategy`` (broker default FULL);
+* ``retention`` -- ``retention_policies`` (:class:`Retention`): kept and answered by the admin API;
+  this broker never deletes acknowledged messages by itself, so every retention is honoured.
+
+Tenants exist while one of their namespaces does, or once created by :meth:`Namespaces.create_tenant`
+(the admin REST API's ``PUT /admin/v2/tenants/{tenant}``). With a data directory those tenants and
+the policies set at run time are kept in ``policies.json`` there (:func:`read_state`,
+:func:`write_state`); the broker's flags of a start win over kept policies of the same scope.
 
 A partition has the policies of its partitioned topic (Pulsar keeps topic policies per
 partitioned topic). A scope is written ``tenant/namespace`` or as a topic name of three parts
@@ -39,6 +46,8 @@ from .schemas import Compatibility
 #: The namespace a standalone Pulsar starts with.
 DEFAULT_NAMESPACE = "public/default"
 NAMES_FILE = "namespaces.json"
+#: Tenants created on their own and the policies set at run time (the admin REST API).
+STATE_FILE = "policies.json"
 #: Topics whose effective policies are remembered (every SEND asks for its topic's).
 EFFECTIVE_CACHE_SIZE = 10_000
 
@@ -56,17 +65,27 @@ class NamespaceNotFound(PulsarWireError):
 
 
 @dataclass(frozen=True, slots=True)
+class Retention:
+    """Pulsar's ``RetentionPolicies``: minutes and megabytes acknowledged messages are kept (-1: no limit)."""
+
+    minutes: int = 0
+    size_mb: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Policies:
     """Settings of one namespace or topic; None = not set there (inherited)."""
 
     deduplication: bool | None = None
     schema_compatibility: Compatibility | None = None
+    retention: Retention | None = None
 
     def over(self, base: Policies) -> Policies:
         """These settings where they are set, ``base``'s elsewhere."""
         return Policies(
             base.deduplication if self.deduplication is None else self.deduplication,
             base.schema_compatibility if self.schema_compatibility is None else self.schema_compatibility,
+            base.retention if self.retention is None else self.retention,
         )
 
 
@@ -105,11 +124,15 @@ class Namespaces:
     """The namespaces that exist and the policies of namespaces and topics."""
 
     def __init__(
-        self, names: Iterable[str] = (DEFAULT_NAMESPACE,), policies: Mapping[str, Policies] | None = None
+        self,
+        names: Iterable[str] = (DEFAULT_NAMESPACE,),
+        policies: Mapping[str, Policies] | None = None,
+        tenants: Iterable[str] = (),
     ) -> None:
         self._names: set[str] = {check_namespace(n) for n in names}
         self._policies: dict[str, Policies] = {}
         self._effective: dict[tuple[str, Policies], Policies] = {}
+        self._tenants: set[str] = set(tenants)
         for scope, p in (policies or {}).items():
             self.set_policies(scope, p)
 
@@ -126,6 +149,25 @@ class Namespaces:
         self._names.add(namespace)
         return True
 
+    def tenants(self) -> list[str]:
+        """The tenants that exist: those of the namespaces and those created on their own."""
+        return sorted(self._tenants | {n.partition("/")[0] for n in self._names})
+
+    def own_tenants(self) -> list[str]:
+        """The tenants created on their own (:meth:`create_tenant`), with or without namespaces now."""
+        return sorted(self._tenants)
+
+    def has_tenant(self, tenant: str) -> bool:
+        return tenant in self._tenants or any(n.partition("/")[0] == tenant for n in self._names)
+
+    def create_tenant(self, tenant: str) -> bool:
+        """Create ``tenant`` (False when it exists); raises PolicySyntaxError for a bad name."""
+        check_namespace(f"{tenant}/x")
+        if self.has_tenant(tenant):
+            return False
+        self._tenants.add(tenant)
+        return True
+
     def require(self, namespace: str) -> None:
         """Raise NamespaceNotFound unless ``namespace`` exists."""
         if namespace not in self._names:
@@ -140,6 +182,10 @@ class Namespaces:
         self.require(key if "://" not in key else TopicName.parse(key).namespace_name)
         self._policies[key] = policies
         self._effective.clear()
+
+    def scoped_policies(self) -> dict[str, Policies]:
+        """Every scope's own policies (namespaces and topics)."""
+        return dict(self._policies)
 
     def policies_of(self, scope: str) -> Policies:
         """The policies set on ``scope`` itself (nothing inherited)."""
@@ -173,4 +219,55 @@ def write_names(data_dir: Path, names: Iterable[str]) -> None:
     path = data_dir / NAMES_FILE
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(sorted(names)))
+    os.replace(tmp, path)
+
+
+def _policies_json(p: Policies) -> dict[str, object]:
+    return {
+        "deduplication": p.deduplication,
+        "schema_compatibility": p.schema_compatibility.name if p.schema_compatibility else None,
+        "retention": [p.retention.minutes, p.retention.size_mb] if p.retention else None,
+    }
+
+
+def _policies_from_json(d: dict[str, object]) -> Policies:
+    dedup, strategy, retention = d.get("deduplication"), d.get("schema_compatibility"), d.get("retention")
+    return Policies(
+        dedup if isinstance(dedup, bool) else None,
+        Compatibility.parse(strategy) if isinstance(strategy, str) else None,
+        Retention(int(retention[0]), int(retention[1])) if isinstance(retention, list) else None,
+    )
+
+
+def read_state(data_dir: Path, namespaces: Iterable[str]) -> tuple[list[str], dict[str, Policies]]:
+    """Tenants and policies kept in ``data_dir`` (policies of ``namespaces`` and their topics only);
+    nothing when the file is missing or unreadable, a bad entry is skipped."""
+    try:
+        state = json.loads((data_dir / STATE_FILE).read_text())
+        tenants, stored = state.get("tenants", []), state.get("policies", {})
+    except (OSError, ValueError, AttributeError):
+        return [], {}
+    names = set(namespaces)
+    policies: dict[str, Policies] = {}
+    for scope, value in stored.items() if isinstance(stored, dict) else ():
+        try:
+            key = parse_scope(scope)
+            namespace = key if "://" not in key else TopicName.parse(key).namespace_name
+            if namespace in names and isinstance(value, dict):
+                policies[key] = _policies_from_json(value)
+        except (PolicySyntaxError, ValueError, TypeError, IndexError):
+            continue
+    good = [t for t in tenants if isinstance(t, str) and split_namespace(f"{t}/x") is not None]
+    return good, policies
+
+
+def write_state(data_dir: Path, namespaces: Namespaces) -> None:
+    """Keep the tenants created on their own and every scope's policies in ``data_dir``. Raises OSError."""
+    state = {
+        "tenants": namespaces.own_tenants(),
+        "policies": {k: _policies_json(p) for k, p in sorted(namespaces.scoped_policies().items())},
+    }
+    path = data_dir / STATE_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state))
     os.replace(tmp, path)

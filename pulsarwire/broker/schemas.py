@@ -142,19 +142,48 @@ class SchemaRegistry:
         self._known: dict[str, dict[tuple[int, bytes], int]] = {}
         #: (owner, version) -> parsed Avro definition, least recently used first
         self._parsed: OrderedDict[tuple[str, int], avro.Schema] = OrderedDict()
+        #: per owner: versions that are deletions (Pulsar's deleted-schema markers)
+        self._deleted: dict[str, set[int]] = {}
         if data_dir is not None:
             self._load(data_dir)
 
     def latest(self, topic: str) -> SchemaVersion | None:
-        history = self._history.get(schema_owner(topic))
+        history = self._live(schema_owner(topic))
         return history[-1] if history else None
 
     def get(self, topic: str, version: int | None = None) -> SchemaVersion | None:
-        """Version ``version`` of the topic's schema (the latest when None), None when absent."""
+        """Version ``version`` of the topic's schema (the latest when None), None when absent or deleted."""
         if version is None:
             return self.latest(topic)
-        history = self._history.get(schema_owner(topic), [])
+        owner = schema_owner(topic)
+        history = self._history.get(owner, [])
+        if version in self._deleted.get(owner, ()):
+            return None
         return history[version] if 0 <= version < len(history) else None
+
+    def _live(self, owner: str) -> list[SchemaVersion]:
+        """The versions after the last deletion (all of them when none was deleted)."""
+        history = self._history.get(owner, [])
+        deleted = self._deleted.get(owner)
+        return history[max(deleted) + 1 :] if deleted else history
+
+    def delete(self, topic: str) -> int | None:
+        """Delete the topic's schema, as Pulsar's admin API does: a deletion marker takes the next version,
+        the versions before it stay readable by number, and the next schema starts a new history
+        (compared with nothing before the marker). Returns the marker's version, None when there is
+        no schema to delete. Raises OSError when it cannot be stored (nothing changes)."""
+        owner = schema_owner(topic)
+        if not self._live(owner):
+            return None
+        version = len(self._history[owner])
+        self._write_marker(owner, version)
+        self._mark_deleted(owner, version)
+        return version
+
+    def _mark_deleted(self, owner: str, version: int) -> None:
+        self._history.setdefault(owner, []).append(SchemaVersion(pb.Schema(), version))
+        self._deleted.setdefault(owner, set()).add(version)
+        self._known.pop(owner, None)
 
     def register(
         self, topic: str, schema: pb.Schema, strategy: Compatibility = Compatibility.FULL
@@ -173,16 +202,40 @@ class SchemaRegistry:
         if found is not None:
             return found
         new.validate()
-        history = self._history.get(owner, [])
+        history = self._live(owner)
         if history:
             checked = history if strategy.transitive else history[-1:]
             self._check(owner, checked, new, strategy)
-        version = len(history)
+        version = len(self._history.get(owner, []))
         self._append_to_log(owner, version, schema)
         self._add(owner, SchemaVersion(schema, version), new.identity)
         if new.definition is not None:
             self._remember(owner, version, new.definition)  # the next registration compares with it
         return version
+
+    def is_compatible(self, topic: str, schema: pb.Schema, strategy: Compatibility) -> bool:
+        """Whether :meth:`register` would accept ``schema`` under ``strategy`` (nothing is stored).
+
+        Pulsar's ``isCompatible`` (the admin API's compatibility test). Raises InvalidSchemaError for
+        a schema that is not valid at all (too large, nested too deep, not a valid definition).
+        """
+        if schema.type == _NO_SCHEMA:
+            return True
+        new = _Candidate.of(schema, self.max_schema_size)
+        owner = schema_owner(topic)
+        if new.identity in self._known.get(owner, {}):
+            return True
+        new.validate()
+        history = self._live(owner)
+        if not history:
+            return True
+        try:
+            self._check(owner, history if strategy.transitive else history[-1:], new, strategy)
+        except InvalidSchemaError:
+            raise
+        except IncompatibleSchemaError:
+            return False
+        return True
 
     def check_consumer(self, topic: str, schema: pb.Schema, strategy: Compatibility) -> None:
         """Refuse (IncompatibleSchemaError) a consumer's schema the topic's history does not allow.
@@ -195,7 +248,7 @@ class SchemaRegistry:
         if strategy is Compatibility.ALWAYS_COMPATIBLE or schema.type == _NO_SCHEMA:
             return
         owner = schema_owner(topic)
-        history = self._history.get(owner, [])
+        history = self._live(owner)
         new = _Candidate.of(schema, self.max_schema_size)
         if not history:
             raise IncompatibleSchemaError(
@@ -284,6 +337,12 @@ class SchemaRegistry:
             return
         self._write_lines(self._dir / LOG_NAME, [_log_line(owner, version, schema)], "ab")
 
+    def _write_marker(self, owner: str, version: int) -> None:
+        if self._dir is None:
+            return
+        record = {"topic": owner, "version": version, "deleted": True}
+        self._write_lines(self._dir / LOG_NAME, [json.dumps(record).encode() + b"\n"], "ab")
+
     def _write_lines(self, path: Path, lines: list[bytes], mode: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, mode) as f:
@@ -313,14 +372,18 @@ class SchemaRegistry:
             try:
                 record = json.loads(line)
                 owner, version = str(record["topic"]), int(record["version"])
-                schema = pb.Schema.FromString(bytes.fromhex(record["schema"]))
-            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                deleted = record.get("deleted") is True
+                schema = None if deleted else pb.Schema.FromString(bytes.fromhex(record["schema"]))
+            except (ValueError, KeyError, TypeError, RecursionError, AttributeError) as exc:
                 log.warning("%s:%d: skipping an unreadable record (%s)", path, number, exc)
                 continue
             if version != len(self._history.get(owner, [])):
                 log.warning("%s:%d: skipping version %d of %s out of sequence", path, number, version, owner)
                 continue
-            self._add(owner, SchemaVersion(schema, version))
+            if schema is None:
+                self._mark_deleted(owner, version)
+            else:
+                self._add(owner, SchemaVersion(schema, version))
 
     def _upgrade(self, legacy: Path, path: Path) -> None:
         """Turn a ``schemas.json`` (the whole registry in one document) into the log."""

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import socket
 import ssl
 import threading
@@ -57,7 +58,15 @@ from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Authenticator, Identity, Peer
 from .authz import CONSUME, LOOKUP, PRODUCE, Action, Grants
 from .faults import Faults, corrupt
 from .naming import TopicName
-from .policies import DEFAULT_NAMESPACE, Namespaces, Policies, read_names, write_names
+from .policies import (
+    DEFAULT_NAMESPACE,
+    Namespaces,
+    Policies,
+    read_names,
+    read_state,
+    write_names,
+    write_state,
+)
 from .schemas import MAX_SCHEMA_SIZE, Compatibility, IncompatibleSchemaError, SchemaRegistry
 from .storage import (
     DEFAULT_CACHE_BYTES,
@@ -188,6 +197,8 @@ class BrokerConfig:
     max_watchers_per_connection: int = MAX_WATCHERS_PER_CONNECTION
     #: largest serialized schema accepted (Pulsar documents no cap but the message size)
     max_schema_size: int = MAX_SCHEMA_SIZE
+    #: the web service (admin REST API, HTTP lookup, /metrics; 0 = any free port); None = off
+    http_port: int | None = None
 
 
 class BrokerStartError(PulsarWireError):
@@ -282,6 +293,8 @@ class Broker:
         self._dirty_topics: set[Topic] = set()
         self._tls_server: asyncio.AbstractServer | None = None
         self.tls_port = cfg.tls_port
+        #: the web service when ``http_port`` is set (see web.py)
+        self.web: Any = None
         self._advertised_host: str | None = None
         self.name = "standalone"
         #: set by Cluster: who owns which topic
@@ -315,6 +328,11 @@ class Broker:
         if self._tls_server is None:
             return None
         return f"pulsar+ssl://{_url_host(self.advertised_host)}:{self.tls_port}"
+
+    @property
+    def http_url(self) -> str | None:
+        """``http://host:port`` of the web service (None when it is off)."""
+        return self.web.url if self.web is not None else None
 
     async def astart(self) -> None:
         """Listen; raises BrokerStartError (one line: what and why) when the data dir is unusable or
@@ -360,9 +378,27 @@ class Broker:
                 self._server = None
                 raise
             self.tls_port = self._tls_server.sockets[0].getsockname()[1]
-        log.info("broker listening on %s %s", self.service_url, self.service_url_tls or "")
+        if cfg.http_port is not None:
+            from .web import WebService
+
+            web = WebService(self)
+            try:
+                await web.start(cfg.host, cfg.http_port)
+            except BaseException:
+                for server in (self._server, self._tls_server):
+                    if server is not None:
+                        server.close()
+                self._server = self._tls_server = None
+                raise
+            self.web = web
+            cfg.http_port = web.port  # a restart listens on the same port
+        urls = (self.service_url, self.service_url_tls, self.http_url)
+        log.info("broker listening on %s", " ".join(u for u in urls if u))
 
     async def astop(self) -> None:
+        if self.web is not None:
+            await self.web.stop()
+            self.web = None
         for server in (self._server, self._tls_server):
             if server is not None:
                 server.close()
@@ -442,14 +478,21 @@ class Broker:
         if path is not None and path.exists():
             self.partitioned = {k: int(v) for k, v in json.loads(path.read_text()).items()}
         if self.cluster is None:  # a cluster's brokers share one registry (Cluster sets it)
-            kept = read_names(cfg.data_dir) if cfg.data_dir is not None else []
-            self.namespaces = Namespaces([*cfg.namespaces, *kept], cfg.policies)
+            names = [*cfg.namespaces, *(read_names(cfg.data_dir) if cfg.data_dir is not None else [])]
+            tenants, kept = read_state(cfg.data_dir, names) if cfg.data_dir is not None else ([], {})
+            # Policies set at run time (admin REST API) are kept; the flags of this start win over them.
+            self.namespaces = Namespaces(names, {**kept, **cfg.policies}, tenants)
 
     def _keep_namespaces(self) -> None:
         """Write the namespaces into the data dir when it does not hold them all yet."""
         data_dir = self.config.data_dir
         if data_dir is not None and set(read_names(data_dir)) != set(self.namespaces.names()):
             write_names(data_dir, self.namespaces.names())
+
+    def keep_policies(self) -> None:
+        """Write the tenants and policies set at run time into the data dir, if any. Raises OSError."""
+        if self.config.data_dir is not None:
+            write_state(self.config.data_dir, self.namespaces)
 
     def _save_metadata(self) -> None:
         path = self._meta_path()
@@ -475,8 +518,13 @@ class Broker:
     def set_policies(self, scope: str, policies: Policies) -> None:
         """Set the policies of a namespace (``tenant/ns``) or topic, replacing that scope's earlier ones.
 
-        Raises PolicySyntaxError, NamespaceNotFound."""
-        self.call(self.namespaces.set_policies, scope, policies)
+        Raises PolicySyntaxError, NamespaceNotFound, OSError (the data dir cannot keep them)."""
+
+        def do() -> None:
+            self.namespaces.set_policies(scope, policies)
+            self.keep_policies()
+
+        self.call(do)
 
     def create_partitioned_topic(self, topic: str, partitions: int) -> None:
         """Create a partitioned topic; raises NamespaceNotFound when its namespace does not exist."""
@@ -508,6 +556,29 @@ class Broker:
             return t.log.last_position
 
         return cast(tuple[int, int], self.call(do))
+
+    def delete_topic(self, topic: str) -> None:
+        """Forget a topic (a partitioned one: all its partitions) with its stored entries, subscriptions
+        and cursors, as Pulsar's topic deletion; its schema stays. Connected clients are not told
+        (the admin API refuses to delete a topic in use unless forced, and disconnects them first)."""
+
+        def forget(name: str) -> None:
+            found = self.topics.pop(name, None)
+            if found is not None:
+                self._dirty_topics.discard(found)
+                found.log.close()
+            if self.config.data_dir is not None and name.startswith("persistent://"):
+                shutil.rmtree(topic_dir(self.config.data_dir, name), ignore_errors=True)
+
+        def do() -> None:
+            name = TopicName.parse(topic)
+            n = self.partitioned.pop(str(name), None)
+            for part in [str(name.partition(i)) for i in range(n)] if n else [str(name)]:
+                forget(part)
+            if n:
+                self._save_metadata()
+
+        self.call(do)
 
     def trim_topic(self, topic: str, entries: int) -> None:
         """Drop the oldest ``entries`` entries (simulates retention)."""
@@ -653,6 +724,21 @@ class Broker:
         for b in brokers:
             for watcher, digest in b.watchers.topic_created(name):
                 watcher.owner.send_watch_update(watcher.watcher_id, [name], digest)
+
+    def topics_in(self, namespace: str, mode: int = Mode.PERSISTENT) -> list[str]:
+        """The topics of ``namespace`` of the domains ``mode`` asks for (partitions, not their parent),
+        as GET_TOPICS_OF_NAMESPACE and the admin API list them."""
+        domains = _DOMAINS_OF_MODE.get(cast(Any, mode), ("persistent",))
+        prefixes = tuple(f"{domain}://{namespace}/" for domain in domains)
+        names: set[str] = set()
+        for name, n in self.partitioned.items():
+            if name.startswith(prefixes):
+                names.update(str(TopicName.parse(name).partition(i)) for i in range(n))
+        names.update(t for t in self.topics if t.startswith(prefixes))
+        if self.config.data_dir is not None and "persistent" in domains:
+            # Topics written before a restart exist even while no client has loaded them yet.
+            names.update(t for t in stored_topics(self.config.data_dir) if t.startswith(prefixes))
+        return sorted(names)
 
     def topic_exists(self, name: str) -> bool:
         if name in self.topics or name in self.partitioned:
@@ -1681,21 +1767,11 @@ class ServerConnection(asyncio.Protocol):
         self.send(resp)
 
     def broker_topics_in(self, namespace: str, mode: int = Mode.PERSISTENT) -> list[str]:
-        """The topics of ``namespace`` of the domains ``mode`` asks for (partitions, not their parent).
+        """The topics of ``namespace`` of the domains ``mode`` asks for (see :meth:`Broker.topics_in`).
 
         Watchers list persistent topics only, as Pulsar's topic-list watchers.
         """
-        domains = _DOMAINS_OF_MODE.get(cast(Any, mode), ("persistent",))
-        prefixes = tuple(f"{domain}://{namespace}/" for domain in domains)
-        names: set[str] = set()
-        for name, n in self.broker.partitioned.items():
-            if name.startswith(prefixes):
-                names.update(str(TopicName.parse(name).partition(i)) for i in range(n))
-        names.update(t for t in self.broker.topics if t.startswith(prefixes))
-        if self.broker.config.data_dir is not None and prefixes[0].startswith("persistent://"):
-            # Topics written before a restart exist even while no client has loaded them yet.
-            names.update(t for t in stored_topics(self.broker.config.data_dir) if t.startswith(prefixes))
-        return sorted(names)
+        return self.broker.topics_in(namespace, mode)
 
     # -- topic list watchers -------------------------------------------------------------
     def on_watch_topic_list(self, cmd: pb.BaseCommand, _: Any) -> None:

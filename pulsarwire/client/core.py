@@ -40,6 +40,7 @@ from pulsarwire.io.pool import ConnectionPool, TlsOptions, parse_broker_url
 from pulsarwire.proto import pb
 
 from .consumer import Consumer, ConsumerConfig, MessageQueue, PartitionConsumer
+from .http_lookup import HttpLookup, is_http_url
 from .producer import PartitionProducer, Producer, ProducerConfig
 from .retry import Backoff, Decision, RetryPolicy, decide
 from .routing import HashingScheme, Router, RoutingMode
@@ -97,8 +98,27 @@ class AsyncClient:
         tls_private_key_file_path: str | None = None,
         retry_policy: RetryPolicy | None = None,
     ) -> None:
-        self.service_urls = parse_service_url(service_url)
-        self.use_tls = self.service_urls[0].startswith("pulsar+ssl")
+        tls = TlsOptions(
+            trust_certs_file=tls_trust_certs_file_path,
+            validate_hostname=tls_validate_hostname,
+            allow_insecure=tls_allow_insecure_connection,
+            cert_file=tls_certificate_file_path,
+            key_file=tls_private_key_file_path,
+        )
+        #: lookups over HTTP when the service URL is the web service's (http:// or https://)
+        self.http: HttpLookup | None = None
+        if is_http_url(service_url):
+            self.http = HttpLookup(
+                service_url,
+                auth=authentication,
+                timeout=operation_timeout_seconds,
+                ssl_context=tls.context() if service_url.startswith("https") else None,
+            )
+            self.service_urls = []
+            self.use_tls = self.http.use_tls
+        else:
+            self.service_urls = parse_service_url(service_url)
+            self.use_tls = self.service_urls[0].startswith("pulsar+ssl")
         self._next_service = itertools.cycle(random.sample(self.service_urls, len(self.service_urls)))
         self.operation_timeout = operation_timeout_seconds
         self.retry = retry_policy or RetryPolicy(operation_timeout=operation_timeout_seconds)
@@ -106,13 +126,7 @@ class AsyncClient:
         self.pool = ConnectionPool(
             client_version=CLIENT_VERSION,
             auth=authentication,
-            tls=TlsOptions(
-                trust_certs_file=tls_trust_certs_file_path,
-                validate_hostname=tls_validate_hostname,
-                allow_insecure=tls_allow_insecure_connection,
-                cert_file=tls_certificate_file_path,
-                key_file=tls_private_key_file_path,
-            ),
+            tls=tls,
             keepalive_interval=keepalive_interval_seconds,
             connect_timeout=connection_timeout_seconds,
         )
@@ -150,6 +164,8 @@ class AsyncClient:
         topic = topic_name(topic)
 
         async def attempt() -> str:
+            if self.http is not None:
+                return await self.http.lookup(topic)
             conn = await self._service_connection()
             authoritative = False
             for _hop in range(MAX_REDIRECTS):
@@ -209,6 +225,8 @@ class AsyncClient:
         topic = topic_name(topic)
 
         async def attempt() -> int:
+            if self.http is not None:
+                return await self.http.partitions(topic)
             conn = await self._service_connection()
             cmd, pm = new_command(T.PARTITIONED_METADATA)
             pm.topic = topic
@@ -299,6 +317,8 @@ class AsyncClient:
     # -- consumers and readers ----------------------------------------------------------
     async def topics_of_namespace(self, namespace: str, pattern: str | None = None) -> list[str]:
         async def attempt() -> list[str]:
+            if self.http is not None:  # the broker does not filter: done below
+                return await self.http.topics_of_namespace(namespace)
             conn = await self._service_connection()
             cmd, g = new_command(T.GET_TOPICS_OF_NAMESPACE)
             g.namespace = namespace
@@ -397,6 +417,8 @@ class AsyncClient:
         self, namespace: str, pattern: str, look_now: asyncio.Event
     ) -> tuple[Connection, int] | None:
         """Register a topic-list watcher that sets ``look_now`` on every update (None if unsupported)."""
+        if self.http is not None:
+            return None  # no binary service connection to watch on: polling only
         try:
             conn = await self._service_connection()
             if not conn.ready.result().feature_flags.supports_topic_watchers:

@@ -1,7 +1,8 @@
 """pytest fixtures: our broker on a free loopback port, torn down after the test.
 
 * ``pulsar_broker`` — an in-memory :class:`~pulsarwire.broker.Broker` with
-  deduplication on (what exactly-once producing needs), one per test.
+  deduplication on (what exactly-once producing needs) and its web service on a free port
+  (``pulsar_broker.http_url``: Pulsar's admin REST API and HTTP lookup), one per test.
 * ``pulsar_broker_factory`` — start brokers with your own configuration
   (``pulsar_broker_factory(data_dir=tmp_path, deduplication=False)``); all are
   stopped at teardown.
@@ -27,6 +28,7 @@ def pulsar_broker_factory() -> Iterator[Callable[..., Broker]]:
 
     def start(**config: Any) -> Broker:
         config.setdefault("deduplication", True)
+        config.setdefault("http_port", 0)
         b = Broker(**config).start()
         started.append(b)
         return b
@@ -38,5 +40,6 @@ def pulsar_broker_factory() -> Iterator[Callable[..., Broker]]:
 
 @pytest.fixture
 def pulsar_broker(pulsar_broker_factory: Callable[..., Broker]) -> Broker:
-    """A running broker; ``pulsar_broker.service_url`` is its ``pulsar://127.0.0.1:PORT``."""
+    """A running broker; ``pulsar_broker.service_url`` is its ``pulsar://127.0.0.1:PORT``, ``http_url``
+    its web service (``http://127.0.0.1:PORT``)."""
     return pulsar_broker_factory()

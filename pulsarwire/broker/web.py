@@ -1,0 +1,1030 @@
+"""The broker's web service: a subset of Apache Pulsar's admin REST API v2, HTTP lookup and /metrics.
+
+Pulsar brokers answer HTTP beside the binary protocol (``webServicePort``, 8080 on a standalone):
+the admin API (``/admin/v2/...``: tenants, namespaces, topics, schemas), HTTP lookup
+(``/lookup/v2/topic/...``, which clients given an ``http://`` service URL use) and Prometheus
+metrics. :class:`WebService` serves the same paths, JSON shapes and status codes for what this
+broker has (``--http-port PORT``; off by default).
+
+How it works: a plain asyncio server on the broker's own event loop (no thread touches broker
+state) reads HTTP/1.1 requests with bounded sizes and deadlines -- the request head at most
+:data:`MAX_HEAD_BYTES` (else 431) within ``connect_timeout`` seconds (else 408 and close: a
+slowloris cannot hold the connection), a body only with ``Content-Length`` (chunked bodies: 411)
+of at most ``max_message_size`` bytes (else 413), read within the same deadline; connections
+idle for ``keepalive_seconds`` between requests are closed. :data:`ROUTES` is the routing table
+(method, path template, handler name); a path no template matches is 404, a path matched for
+another method is 405 with ``Allow``. Errors are Pulsar's ``{"reason": "..."}``.
+
+Authentication and authorization are those of the binary protocol: ``Authorization: Bearer
+TOKEN`` (method ``token``) or ``Basic`` (method ``basic``, the decoded ``user:password``) goes to
+the broker's authenticator; no credential is the anonymous role when there is one, else 401.
+Topic operations need the grants Pulsar's authorization provider asks for (lookup, stats, schemas
+read: produce or consume; subscriptions: consume; schema upload: produce); tenants, namespaces,
+topic creation/deletion/termination and policies need a superuser (Pulsar: a tenant admin or a
+superuser -- this broker has no tenant admins). ``/metrics`` needs nothing (Pulsar's
+``authenticateMetricsEndpoint=false``). Without authentication nothing is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import http
+import json
+import logging
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from pulsarwire.errors import AuthenticationError, InvalidTopicName, PulsarWireError
+from pulsarwire.proto import pb
+
+from .authz import CONSUME, LOOKUP, PRODUCE, Action
+from .naming import TopicName
+from .policies import NamespaceNotFound, Policies, PolicySyntaxError, Retention
+from .schemas import Compatibility, IncompatibleSchemaError, InvalidSchemaError, type_name
+from .server import _listen, _url_host
+
+if TYPE_CHECKING:
+    from .server import Broker
+    from .topic import Topic
+
+log = logging.getLogger("pulsarwire.broker.web")
+
+#: Largest request line + headers (Pulsar's httpMaxRequestHeaderSize default: 8 KiB); above: 431.
+MAX_HEAD_BYTES = 8 * 1024
+#: Most header lines in one request; above: 431.
+MAX_HEADERS = 100
+#: Most HTTP connections at once (each costs a task and buffers); beyond: 503 and close.
+MAX_HTTP_CONNECTIONS = 1024
+#: Marks routes that need a superuser (Pulsar: tenant admin or superuser).
+SUPERUSER: frozenset[Action] = frozenset()
+_DOMAINS = ("persistent", "non-persistent")
+_MODE = pb.CommandGetTopicsOfNamespace.Mode
+#: ``?mode=`` of a namespace's topic list, and the mode listing one domain
+_MODES = {"PERSISTENT": _MODE.PERSISTENT, "NON_PERSISTENT": _MODE.NON_PERSISTENT, "ALL": _MODE.ALL}
+_DOMAIN_MODES = {"persistent": _MODE.PERSISTENT, "non-persistent": _MODE.NON_PERSISTENT}
+_SCHEMA_TYPES = {name.upper(): value for name, value in pb.Schema.Type.items()}
+_SCHEMA_TYPES["NONE"] = pb.Schema.Type.Value("None")
+_SCHEMA_TYPES["BYTES"] = pb.Schema.Type.Value("None")
+_SCHEMA_TYPES["KEY_VALUE"] = pb.Schema.KeyValue
+_SCHEMA_TYPES["PROTOBUF_NATIVE"] = pb.Schema.ProtobufNative
+_SCHEMA_TYPES["LOCAL_DATE"] = pb.Schema.LocalDate
+_SCHEMA_TYPES["LOCAL_TIME"] = pb.Schema.LocalTime
+_SCHEMA_TYPES["LOCAL_DATE_TIME"] = pb.Schema.LocalDateTime
+
+
+class HttpError(PulsarWireError):
+    """A request answered with ``status`` and Pulsar's ``{"reason": ...}``."""
+
+    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.headers = headers or {}
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """``method`` on a path template (``{name}`` matches one segment; ``{domain}`` only a topic domain)."""
+
+    method: str
+    template: str
+    handler: str
+    #: whether the caller must authenticate (everything but /metrics)
+    authenticated: bool = True
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return tuple(self.template.strip("/").split("/"))
+
+
+_TOPIC = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
+_NS = "/admin/v2/namespaces/{tenant}/{namespace}"
+_SCHEMA = "/admin/v2/schemas/{tenant}/{namespace}/{topic}/schema"
+
+#: The routing table: the first template that matches the path and method handles the request.
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/metrics", "metrics", authenticated=False),
+    Route("GET", "/admin/v2/brokers/health", "health"),
+    Route("GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", "lookup"),
+    Route("GET", "/admin/v2/tenants", "list_tenants"),
+    Route("GET", "/admin/v2/tenants/{tenant}", "get_tenant"),
+    Route("PUT", "/admin/v2/tenants/{tenant}", "create_tenant"),
+    Route("GET", "/admin/v2/namespaces/{tenant}", "list_namespaces"),
+    Route("GET", _NS, "get_namespace"),
+    Route("PUT", _NS, "create_namespace"),
+    Route("GET", _NS + "/topics", "namespace_topics"),
+    Route("GET", _NS + "/deduplication", "get_namespace_deduplication"),
+    Route("POST", _NS + "/deduplication", "set_namespace_deduplication"),
+    Route("GET", _NS + "/retention", "get_namespace_retention"),
+    Route("POST", _NS + "/retention", "set_namespace_retention"),
+    Route("GET", _NS + "/schemaCompatibilityStrategy", "get_namespace_compatibility"),
+    Route("PUT", _NS + "/schemaCompatibilityStrategy", "set_namespace_compatibility"),
+    Route("GET", "/admin/v2/{domain}/{tenant}/{namespace}", "list_topics"),
+    Route("GET", "/admin/v2/{domain}/{tenant}/{namespace}/partitioned", "list_partitioned_topics"),
+    Route("GET", _TOPIC + "/partitions", "get_partitions"),
+    Route("PUT", _TOPIC + "/partitions", "create_partitioned_topic"),
+    Route("POST", _TOPIC + "/partitions", "update_partitioned_topic"),
+    Route("DELETE", _TOPIC + "/partitions", "delete_partitioned_topic"),
+    Route("PUT", _TOPIC, "create_topic"),
+    Route("DELETE", _TOPIC, "delete_topic"),
+    Route("GET", _TOPIC + "/stats", "topic_stats"),
+    Route("GET", _TOPIC + "/internalStats", "topic_internal_stats"),
+    Route("GET", _TOPIC + "/subscriptions", "list_subscriptions"),
+    Route("DELETE", _TOPIC + "/subscription/{subscription}", "delete_subscription"),
+    Route("POST", _TOPIC + "/subscription/{subscription}/skip_all", "skip_all"),
+    Route("POST", _TOPIC + "/subscription/{subscription}/resetcursor/{timestamp}", "reset_cursor"),
+    Route("POST", _TOPIC + "/terminate", "terminate"),
+    Route("PUT", _TOPIC + "/compaction", "trigger_compaction"),
+    Route("GET", _TOPIC + "/compaction", "compaction_status"),
+    Route("GET", _TOPIC + "/deduplicationEnabled", "get_topic_deduplication"),
+    Route("POST", _TOPIC + "/deduplicationEnabled", "set_topic_deduplication"),
+    Route("DELETE", _TOPIC + "/deduplicationEnabled", "remove_topic_deduplication"),
+    Route("GET", _SCHEMA, "get_schema"),
+    Route("GET", _SCHEMA + "/{version}", "get_schema_version"),
+    Route("POST", _SCHEMA, "post_schema"),
+    Route("DELETE", _SCHEMA, "delete_schema"),
+    Route("POST", "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility", "test_compatibility"),
+)
+
+
+def match_route(method: str, segments: list[str]) -> tuple[Route, dict[str, str]]:
+    """The route and path parameters for a request; raises HttpError 404 (no template) or 405."""
+    allowed: list[str] = []
+    for route in ROUTES:
+        params = _match(route.parts, segments)
+        if params is None:
+            continue
+        if route.method == method:
+            return route, params
+        allowed.append(route.method)
+    if allowed:
+        raise HttpError(405, "Method Not Allowed", {"Allow": ", ".join(sorted(set(allowed)))})
+    raise HttpError(404, "Not Found")
+
+
+def _match(parts: tuple[str, ...], segments: list[str]) -> dict[str, str] | None:
+    if len(parts) != len(segments):
+        return None
+    params: dict[str, str] = {}
+    for part, seg in zip(parts, segments, strict=True):
+        if part.startswith("{"):
+            name = part[1:-1]
+            if not seg or (name == "domain" and seg not in _DOMAINS):
+                return None
+            params[name] = seg
+        elif part != seg:
+            return None
+    return params
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes = b""
+    #: the authenticated role (None: no authentication on the broker)
+    role: str | None = None
+    version: str = "HTTP/1.1"
+
+    @property
+    def keep_alive(self) -> bool:
+        """HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 only when asked to keep it."""
+        connection = self.headers.get("connection", "").lower()
+        return connection == "keep-alive" if self.version == "HTTP/1.0" else connection != "close"
+
+    def json(self) -> Any:
+        """The body as JSON; raises HttpError 400 when it is not."""
+        try:
+            return json.loads(self.body)
+        except (ValueError, RecursionError):
+            raise HttpError(400, "the request body is not valid JSON") from None
+
+    def flag(self, name: str) -> bool:
+        return self.query.get(name, "false").lower() == "true"
+
+
+@dataclass
+class Response:
+    status: int = 204
+    body: Any = None
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def encode(self, keep_alive: bool) -> bytes:
+        if self.body is None:
+            data = b""
+        elif isinstance(self.body, bytes):
+            data = self.body
+        elif isinstance(self.body, str) and self.content_type != "application/json":
+            data = self.body.encode()
+        else:
+            data = json.dumps(self.body).encode()
+        try:
+            phrase = http.HTTPStatus(self.status).phrase
+        except ValueError:
+            phrase = "Unknown"
+        lines = [f"HTTP/1.1 {self.status} {phrase}", f"Content-Length: {len(data)}"]
+        if data:
+            lines.append(f"Content-Type: {self.content_type}")
+        lines.extend(f"{k}: {v}" for k, v in self.headers.items())
+        lines.append(f"Connection: {'keep-alive' if keep_alive else 'close'}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
+
+
+def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(status, {"reason": reason}, headers=dict(headers or {}))
+
+
+class _Close(Exception):
+    """The connection ends without an answer (peer gone, idle, or nothing to answer)."""
+
+
+class WebService:
+    """HTTP on the broker's loop: see the module docstring."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.port = 0
+        self.requests = 0
+        self.refused = 0
+
+    # -- lifecycle -----------------------------------------------------------------
+    async def start(self, host: str, port: int) -> None:
+        """Listen on ``host:port``; raises ListenError (port taken, unknown host...)."""
+        loop = asyncio.get_running_loop()
+
+        def factory() -> asyncio.StreamReaderProtocol:
+            reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES, loop=loop)
+            return asyncio.StreamReaderProtocol(reader, self._accepted)
+
+        self._server = await _listen(loop, factory, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{_url_host(self.broker.advertised_host)}:{self.port}"
+
+    def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- connection ------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        cfg = self.broker.config
+        try:
+            if len(self._tasks) > MAX_HTTP_CONNECTIONS:
+                self.refused += 1
+                writer.write(_error(503, "too many HTTP connections").encode(keep_alive=False))
+                return
+            while True:
+                try:
+                    request = await self._read_request(reader, cfg.keepalive_seconds, cfg.connect_timeout)
+                except HttpError as exc:
+                    writer.write(_error(exc.status, exc.reason).encode(keep_alive=False))
+                    return
+                response = self.handle(request)
+                keep_alive = request.keep_alive
+                writer.write(response.encode(keep_alive))
+                await asyncio.wait_for(writer.drain(), cfg.connect_timeout)
+                if not keep_alive:
+                    return
+        except (_Close, ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _read_request(self, reader: asyncio.StreamReader, idle: float, deadline: float) -> Request:
+        """One request: the head within ``deadline`` seconds of its first byte, then its body."""
+        try:
+            first = await asyncio.wait_for(reader.read(1), idle)
+        except TimeoutError:
+            raise _Close() from None
+        if not first:
+            raise _Close()
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + deadline
+        try:
+            head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), deadline)
+        except asyncio.LimitOverrunError:
+            raise HttpError(431, "Request Header Fields Too Large") from None
+        except (ValueError, asyncio.IncompleteReadError):
+            raise HttpError(431, "Request Header Fields Too Large") from None
+        except TimeoutError:
+            raise HttpError(408, "Request Timeout") from None
+        if len(head) > MAX_HEAD_BYTES:
+            raise HttpError(431, "Request Header Fields Too Large")
+        request = _parse_head(head)
+        if "transfer-encoding" in request.headers:
+            raise HttpError(411, "a body needs Content-Length (chunked bodies are not accepted)")
+        length_text = request.headers.get("content-length", "0").strip()
+        if not length_text.isdigit() or len(length_text) > 18:
+            raise HttpError(400, "bad Content-Length")
+        length = int(length_text)
+        if length > self.broker.config.max_message_size:
+            raise HttpError(413, f"the body is over {self.broker.config.max_message_size} bytes")
+        if length:
+            try:
+                request.body = await asyncio.wait_for(
+                    reader.readexactly(length), max(0.0, ends - loop.time())
+                )
+            except TimeoutError:
+                raise HttpError(408, "Request Timeout") from None
+        return request
+
+    # -- dispatch ----------------------------------------------------------------------
+    def handle(self, request: Request) -> Response:
+        """Answer one request (runs on the broker's loop; never raises)."""
+        self.requests += 1
+        try:
+            segments = [urllib.parse.unquote(s) for s in request.path.strip("/").split("/")]
+            route, params = match_route(request.method, segments)
+            if route.authenticated:
+                request.role = self._authenticate(request)
+            handler: Callable[[Request, dict[str, str]], Response] = getattr(self, "on_" + route.handler)
+            return handler(request, params)
+        except HttpError as exc:
+            return _error(exc.status, exc.reason, exc.headers)
+        except NamespaceNotFound:
+            return _error(404, "Namespace does not exist")
+        except (InvalidTopicName, PolicySyntaxError) as exc:
+            return _error(412, str(exc))
+        except Exception as exc:  # a broker bug or an unforeseen input: that request fails
+            log.error("%s %s failed unexpectedly", request.method, request.path, exc_info=exc)
+            return _error(500, f"{type(exc).__name__}: {str(exc)[:200]}")
+
+    def _authenticate(self, request: Request) -> str | None:
+        auth = self.broker.config.auth
+        if auth is None:
+            return None
+        scheme, _, credential = request.headers.get("authorization", "").partition(" ")
+        method, data = "", b""
+        if scheme.lower() == "bearer":
+            method, data = "token", credential.strip().encode()
+        elif scheme.lower() == "basic":
+            try:
+                method, data = "basic", base64.b64decode(credential.strip(), validate=True)
+            except (binascii.Error, ValueError):
+                raise HttpError(401, "Authentication required") from None
+        try:
+            return auth.authenticate(method, data, time.time(), None).role
+        except AuthenticationError as exc:
+            self.broker.auth_failures += 1
+            log.info("HTTP authentication failed: %s", exc)
+            raise HttpError(401, "Authentication required") from None
+
+    def _authorize(self, request: Request, namespace: str, needs: frozenset[Action], what: str) -> None:
+        """Refuse (403) unless the role may ``needs`` on ``namespace`` (SUPERUSER: a superuser)."""
+        if self.broker.config.auth is None:
+            return
+        grants = self.broker.config.grants
+        role = request.role
+        allowed = role in grants.superusers if needs is SUPERUSER else grants.allows(role, namespace, needs)
+        if not allowed:
+            log.info("role %r is not authorized to %s on %s", role, what, namespace)
+            raise HttpError(403, f"role {role!r} is not authorized to {what}")
+
+    # -- helpers -----------------------------------------------------------------------
+    def _namespace(self, request: Request, p: dict[str, str], needs: frozenset[Action], what: str) -> str:
+        namespace = f"{p['tenant']}/{p['namespace']}"
+        self._authorize(request, namespace, needs, what)
+        if not self.broker.namespaces.has_tenant(p["tenant"]):
+            raise HttpError(404, "Tenant does not exist")
+        self.broker.namespaces.require(namespace)
+        return namespace
+
+    def _topic(self, request: Request, p: dict[str, str], needs: frozenset[Action], what: str) -> TopicName:
+        """The topic of the path, authorized and in a namespace that exists."""
+        domain = p.get("domain", "persistent")
+        name = TopicName.parse(f"{domain}://{p['tenant']}/{p['namespace']}/{p['topic']}")
+        self._namespace(request, p, needs, what)
+        return name
+
+    def _loaded(self, name: TopicName) -> Topic:
+        """The topic, loaded; 404 when it does not exist."""
+        full = str(name)
+        parts = self.broker.partitioned.get(str(name.partitioned_parent), 0)
+        is_partition = name.partition_index >= 0 and name.partition_index < parts
+        if full in self.broker.partitioned or not (is_partition or self.broker.topic_exists(full)):
+            raise HttpError(404, "Topic not found")
+        found = self.broker.get_topic(full, create=True)
+        assert found is not None
+        return found
+
+    def _body_json(self, request: Request, kind: type, what: str) -> Any:
+        value = request.json()
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise HttpError(400, f"the body must be {what}")
+        return value
+
+    def _update_policies(self, scope: str, **changes: Any) -> None:
+        ns = self.broker.namespaces
+        current = ns.policies_of(scope)
+        values = {f: getattr(current, f) for f in ("deduplication", "schema_compatibility", "retention")}
+        values.update(changes)
+        ns.set_policies(scope, Policies(**values))
+        self.broker.keep_policies()
+
+    # -- broker ------------------------------------------------------------------------
+    def on_metrics(self, request: Request, p: dict[str, str]) -> Response:
+        return Response(200, prometheus_text(self.broker), "text/plain; version=0.0.4")
+
+    def on_health(self, request: Request, p: dict[str, str]) -> Response:
+        self._authorize(request, "", SUPERUSER, "check the broker's health")
+        return Response(200, "ok", "text/plain")
+
+    def on_lookup(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, LOOKUP, "look up topics")
+        owner = self.broker.cluster.owner_of(str(name)) if self.broker.cluster is not None else self.broker
+        urls = owner.listener(request.query.get("listenerName") or None)
+        http_url = owner.http_url or ""
+        return Response(
+            200,
+            {
+                "brokerUrl": urls.url or "",
+                "brokerUrlTls": urls.url_tls or "",
+                "httpUrl": http_url,
+                "httpUrlTls": "",
+                "nativeUrl": urls.url or "",
+            },
+        )
+
+    # -- tenants and namespaces -----------------------------------------------------------
+    def on_list_tenants(self, request: Request, p: dict[str, str]) -> Response:
+        self._authorize(request, "", SUPERUSER, "list tenants")
+        return Response(200, self.broker.namespaces.tenants())
+
+    def on_get_tenant(self, request: Request, p: dict[str, str]) -> Response:
+        self._authorize(request, "", SUPERUSER, "administrate tenants")
+        if not self.broker.namespaces.has_tenant(p["tenant"]):
+            raise HttpError(404, "Tenant does not exist")
+        return Response(200, {"adminRoles": [], "allowedClusters": [self.broker.name]})
+
+    def on_create_tenant(self, request: Request, p: dict[str, str]) -> Response:
+        self._authorize(request, "", SUPERUSER, "administrate tenants")
+        if request.body:
+            self._body_json(request, dict, "a TenantInfo object")
+        if not self.broker.namespaces.create_tenant(p["tenant"]):
+            raise HttpError(409, "Tenant already exists")
+        self.broker.keep_policies()
+        return Response(204)
+
+    def on_list_namespaces(self, request: Request, p: dict[str, str]) -> Response:
+        self._authorize(request, "", SUPERUSER, "administrate tenants")
+        tenant = p["tenant"]
+        if not self.broker.namespaces.has_tenant(tenant):
+            raise HttpError(404, "Tenant does not exist")
+        return Response(200, [n for n in self.broker.namespaces.names() if n.partition("/")[0] == tenant])
+
+    def on_get_namespace(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
+        own = self.broker.namespaces.policies_of(namespace)
+        body: dict[str, Any] = {
+            "replication_clusters": [self.broker.name],
+            "deduplicationEnabled": own.deduplication,
+            "schema_compatibility_strategy": own.schema_compatibility.name
+            if own.schema_compatibility
+            else "UNDEFINED",
+            "retention_policies": _retention_json(own.retention) if own.retention else None,
+        }
+        return Response(200, body)
+
+    def on_create_namespace(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = f"{p['tenant']}/{p['namespace']}"
+        self._authorize(request, namespace, SUPERUSER, "administrate namespaces")
+        policies = (
+            _policies_of_body(self._body_json(request, dict, "a Policies object")) if request.body else None
+        )
+        if not self.broker.namespaces.has_tenant(p["tenant"]):
+            raise HttpError(404, "Tenant does not exist")
+        if namespace in self.broker.namespaces:
+            raise HttpError(409, "Namespace already exists")
+        self.broker.create_namespace(namespace)
+        if policies is not None and policies != Policies():
+            self._update_policies(
+                namespace,
+                deduplication=policies.deduplication,
+                schema_compatibility=policies.schema_compatibility,
+                retention=policies.retention,
+            )
+        return Response(204)
+
+    def on_namespace_topics(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, LOOKUP, "list the topics of the namespace")
+        mode = request.query.get("mode", "PERSISTENT").upper()
+        if mode not in _MODES:
+            raise HttpError(400, f"unknown mode {mode!r} (PERSISTENT, NON_PERSISTENT, ALL)")
+        return Response(200, self.broker.topics_in(namespace, _MODES[mode]))
+
+    def on_get_namespace_deduplication(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
+        value = self.broker.namespaces.policies_of(namespace).deduplication
+        return Response(200 if value is not None else 204, value)
+
+    def on_set_namespace_deduplication(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
+        self._update_policies(namespace, deduplication=self._body_json(request, bool, "true or false"))
+        return Response(204)
+
+    def on_get_namespace_retention(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
+        retention = self.broker.namespaces.policies_of(namespace).retention
+        return Response(200 if retention else 204, _retention_json(retention) if retention else None)
+
+    def on_set_namespace_retention(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
+        retention = _retention(self._body_json(request, dict, "a RetentionPolicies object"))
+        self._update_policies(namespace, retention=retention)
+        return Response(204)
+
+    def on_get_namespace_compatibility(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
+        strategy = self.broker.namespaces.policies_of(namespace).schema_compatibility
+        return Response(200, strategy.name if strategy else "UNDEFINED")
+
+    def on_set_namespace_compatibility(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
+        text = request.body.decode("utf-8", "replace").strip()
+        value = self._body_json(request, str, "a strategy name") if text.startswith('"') else text
+        if value.upper() == "UNDEFINED":
+            self._update_policies(namespace, schema_compatibility=None)
+            return Response(204)
+        try:
+            strategy = Compatibility.parse(value)
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from None
+        self._update_policies(namespace, schema_compatibility=strategy)
+        return Response(204)
+
+    # -- topics ------------------------------------------------------------------------
+    def on_list_topics(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, LOOKUP, "list the topics of the namespace")
+        return Response(200, self.broker.topics_in(namespace, _DOMAIN_MODES[p["domain"]]))
+
+    def on_list_partitioned_topics(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, LOOKUP, "list the topics of the namespace")
+        prefix = f"{p['domain']}://{namespace}/"
+        return Response(200, sorted(n for n in self.broker.partitioned if n.startswith(prefix)))
+
+    def on_get_partitions(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, LOOKUP, "look up topics")
+        full = str(name)
+        create = request.flag("checkAllowAutoCreation")
+        n = self.broker.partitions_of(full, create=create)
+        auto = create and self.broker.config.allow_auto_topic_creation
+        if n == 0 and not auto and not self.broker.topic_exists(full):
+            raise HttpError(404, "Topic not found")
+        return Response(200, {"partitions": n})
+
+    def on_create_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "create topics")
+        partitions = self._body_json(request, int, "the number of partitions")
+        if partitions <= 0:
+            raise HttpError(406, "Number of partitions should be more than 0")
+        full = str(name)
+        if name.partition_index >= 0:
+            raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
+        if full in self.broker.partitioned or full in self.broker.topics:
+            raise HttpError(409, "This topic already exists")
+        self.broker.create_partitioned_topic(full, partitions)
+        return Response(204)
+
+    def on_update_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "update topics")
+        partitions = self._body_json(request, int, "the number of partitions")
+        full = str(name)
+        current = self.broker.partitioned.get(full)
+        if current is None:
+            raise HttpError(404, "Partitioned topic does not exist")
+        if partitions <= current:
+            raise HttpError(422, f"Desired partitions {partitions} must be more than the current {current}")
+        self.broker.create_partitioned_topic(full, partitions)
+        return Response(204)
+
+    def on_delete_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "delete topics")
+        full = str(name)
+        n = self.broker.partitioned.get(full)
+        if n is None:
+            raise HttpError(404, "Partitioned topic does not exist")
+        self._check_deletable([str(name.partition(i)) for i in range(n)], request.flag("force"))
+        self.broker.delete_topic(full)
+        return Response(204)
+
+    def on_create_topic(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "create topics")
+        full = str(name)
+        parent = str(name.partitioned_parent)
+        if self.broker.topic_exists(full) or (name.partition_index < 0 and full in self.broker.partitioned):
+            raise HttpError(409, "This topic already exists")
+        if name.partition_index >= 0 and parent in self.broker.partitioned:
+            raise HttpError(409, "This topic already exists")
+        self.broker.get_topic(full, create=True)
+        return Response(204)
+
+    def on_delete_topic(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "delete topics")
+        full = str(name)
+        if full in self.broker.partitioned:
+            raise HttpError(409, "Topic is a partitioned topic: delete it with DELETE .../partitions")
+        if not self.broker.topic_exists(full):
+            raise HttpError(404, "Topic not found")
+        self._check_deletable([full], request.flag("force"))
+        self.broker.delete_topic(full)
+        return Response(204)
+
+    def _check_deletable(self, names: list[str], force: bool) -> None:
+        """412 when a topic has connected producers or consumers (``force``: disconnect them)."""
+        for full in names:
+            topic = self.broker.topics.get(full)
+            if topic is None:
+                continue
+            busy = topic.producers or any(s.consumers for s in topic.subscriptions.values())
+            if busy and not force:
+                raise HttpError(412, "Topic has active producers/subscriptions")
+        if force:
+            for full in names:
+                self.broker.close_producers(full)
+                self.broker.close_consumers(full)
+
+    def on_topic_stats(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, LOOKUP, "get the stats of topics")
+        topic = self._loaded(name)
+        return Response(200, topic_stats(self.broker, topic))
+
+    def on_topic_internal_stats(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, LOOKUP, "get the stats of topics")
+        topic = self._loaded(name)
+        return Response(200, internal_stats(topic))
+
+    def on_list_subscriptions(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, CONSUME, "list the subscriptions of topics")
+        full = str(name)
+        n = self.broker.partitioned.get(full)
+        names: set[str] = set()
+        for part in [str(name.partition(i)) for i in range(n)] if n else [full]:
+            topic = self._loaded(TopicName.parse(part))
+            names.update(topic.subscriptions)
+            names.update(getattr(topic, "saved_subscriptions", {}))
+        return Response(200, sorted(names))
+
+    def _subscriptions(self, name: TopicName, sub_name: str) -> list[tuple[Topic, Any]]:
+        """The subscription ``sub_name`` on the topic or each of its partitions; 404 when none has it."""
+        full = str(name)
+        n = self.broker.partitioned.get(full)
+        found = []
+        for part in [str(name.partition(i)) for i in range(n)] if n else [full]:
+            topic = self._loaded(TopicName.parse(part))
+            sub = topic.subscriptions.get(sub_name)
+            if sub is not None:
+                found.append((topic, sub))
+        if not found:
+            raise HttpError(404, "Subscription not found")
+        return found
+
+    def on_delete_subscription(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, CONSUME, "unsubscribe")
+        found = self._subscriptions(name, p["subscription"])
+        force = request.flag("force")
+        if not force and any(sub.consumers for _t, sub in found):
+            raise HttpError(412, "Subscription has active connected consumers")
+        for topic, sub in found:
+            for consumer in list(sub.consumers):
+                cast(Any, consumer.sender).close_consumer(consumer.consumer_id)
+            topic.forget_subscription(sub.name)
+        return Response(204)
+
+    def on_skip_all(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, CONSUME, "skip messages")
+        for topic, sub in self._subscriptions(name, p["subscription"]):
+            sub.reset(topic.log.last_position)
+            self.broker._check_end_of_topic(topic, sub)
+        return Response(204)
+
+    def on_reset_cursor(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, CONSUME, "reset cursors")
+        text = p["timestamp"]
+        if not text.lstrip("-").isdigit() or len(text) > 20:
+            raise HttpError(400, f"timestamp {text!r} is not a number of milliseconds")
+        timestamp = int(text)
+        for topic, sub in self._subscriptions(name, p["subscription"]):
+            # As Pulsar's reset-cursor: the subscription's consumers are disconnected, then reset.
+            for consumer in list(sub.consumers):
+                cast(Any, consumer.sender).close_consumer(consumer.consumer_id)
+            sub.reset(topic.position_before_index(topic.log.index_by_publish_time(timestamp)))
+        return Response(204)
+
+    def on_terminate(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "terminate topics")
+        if str(name) in self.broker.partitioned:
+            raise HttpError(405, "Termination of a partitioned topic is not allowed")
+        self._loaded(name)
+        ledger, entry = self.broker.terminate_topic(str(name))
+        return Response(200, {"ledgerId": ledger, "entryId": entry, "partitionIndex": name.partition_index})
+
+    def on_trigger_compaction(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "compact topics")
+        self._loaded(name)
+        compact = getattr(self.broker, "compact", None)
+        if compact is None:
+            raise HttpError(501, "compaction is not implemented by this broker")
+        compact(str(name))
+        return Response(204)
+
+    def on_compaction_status(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "compact topics")
+        self._loaded(name)
+        status = getattr(self.broker, "compaction_status", None)
+        if status is None:
+            return Response(200, {"status": "NOT_RUN", "lastError": ""})
+        return Response(200, status(str(name)))
+
+    def on_get_topic_deduplication(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "administrate topic policies")
+        if request.flag("applied"):
+            return Response(200, self.broker.deduplication_enabled(str(name)))
+        value = self.broker.namespaces.policies_of(str(name)).deduplication
+        return Response(200 if value is not None else 204, value)
+
+    def on_set_topic_deduplication(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "administrate topic policies")
+        self._update_policies(str(name), deduplication=self._body_json(request, bool, "true or false"))
+        return Response(204)
+
+    def on_remove_topic_deduplication(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "administrate topic policies")
+        self._update_policies(str(name), deduplication=None)
+        return Response(204)
+
+    # -- schemas -----------------------------------------------------------------------
+    def _schema_topic(self, request: Request, p: dict[str, str], needs: frozenset[Action], what: str) -> str:
+        return str(self._topic(request, p, needs, what))
+
+    def on_get_schema(self, request: Request, p: dict[str, str]) -> Response:
+        topic = self._schema_topic(request, p, LOOKUP, "get schemas")
+        return self._schema_answer(topic, None)
+
+    def on_get_schema_version(self, request: Request, p: dict[str, str]) -> Response:
+        topic = self._schema_topic(request, p, LOOKUP, "get schemas")
+        text = p["version"]
+        if not text.isdigit() or len(text) > 19:
+            raise HttpError(400, f"schema version {text!r} is not a number")
+        return self._schema_answer(topic, int(text))
+
+    def _schema_answer(self, topic: str, version: int | None) -> Response:
+        found = self.broker.schemas.get(topic, version)
+        if found is None:
+            raise HttpError(404, "Schema not found")
+        s = found.schema
+        return Response(
+            200,
+            {
+                "version": found.version,
+                "type": type_name(s.type),
+                "timestamp": 0,
+                "data": s.schema_data.decode("utf-8", "replace"),
+                "properties": {kv.key: kv.value for kv in s.properties},
+            },
+        )
+
+    def _payload_schema(self, request: Request, topic: str) -> pb.Schema:
+        """Pulsar's PostSchemaPayload (``type``, ``schema``, ``properties``) as a protocol Schema."""
+        body = self._body_json(request, dict, "a PostSchemaPayload object")
+        type_text, definition = body.get("type"), body.get("schema", "")
+        props = body.get("properties") or {}
+        if not isinstance(type_text, str) or type_text.upper() not in _SCHEMA_TYPES:
+            raise HttpError(422, f"unknown schema type {type_text!r}")
+        if not isinstance(definition, str) or not isinstance(props, dict):
+            raise HttpError(422, "schema must be a string and properties an object")
+        schema = pb.Schema(name=topic, type=_SCHEMA_TYPES[type_text.upper()], schema_data=definition.encode())
+        for k, v in props.items():
+            schema.properties.add(key=str(k), value=str(v))
+        return schema
+
+    def on_post_schema(self, request: Request, p: dict[str, str]) -> Response:
+        topic = self._schema_topic(request, p, PRODUCE, "upload schemas")
+        schema = self._payload_schema(request, topic)
+        try:
+            version = self.broker.schemas.register(topic, schema, self.broker.schema_compatibility(topic))
+        except InvalidSchemaError as exc:
+            raise HttpError(422, str(exc)) from None
+        except IncompatibleSchemaError as exc:
+            raise HttpError(409, str(exc)) from None
+        return Response(202, {"version": {"version": version if version is not None else -1}})
+
+    def on_delete_schema(self, request: Request, p: dict[str, str]) -> Response:
+        topic = self._schema_topic(request, p, SUPERUSER, "delete schemas")
+        version = self.broker.schemas.delete(topic)
+        if version is None:
+            raise HttpError(404, "Schema not found")
+        return Response(200, {"version": version})
+
+    def on_test_compatibility(self, request: Request, p: dict[str, str]) -> Response:
+        topic = self._schema_topic(request, p, LOOKUP, "test schema compatibility")
+        schema = self._payload_schema(request, topic)
+        strategy = self.broker.schema_compatibility(topic)
+        try:
+            compatible = self.broker.schemas.is_compatible(topic, schema, strategy)
+        except InvalidSchemaError as exc:
+            raise HttpError(422, str(exc)) from None
+        return Response(202, {"isCompatibility": compatible, "schemaCompatibilityStrategy": strategy.name})
+
+
+def _parse_head(head: bytes) -> Request:
+    """The request line and headers; raises HttpError 400 (malformed) or 431 (too many headers)."""
+    try:
+        text = head.decode("latin-1")
+    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
+        raise HttpError(400, "Bad Request") from None
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[0].isalpha():
+        raise HttpError(400, "Bad Request: malformed request line")
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    header_lines = [line for line in lines[1:] if line]
+    if len(header_lines) > MAX_HEADERS:
+        raise HttpError(431, "Request Header Fields Too Large")
+    for line in header_lines:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise HttpError(400, "Bad Request: malformed header")
+        headers[name.lower()] = value.strip()
+    split = urllib.parse.urlsplit(target)
+    query = {k: v for k, v in urllib.parse.parse_qsl(split.query, keep_blank_values=True)}
+    return Request(method.upper(), split.path, query, headers, version=version)
+
+
+def _retention(body: dict[str, Any]) -> Retention:
+    """A RetentionPolicies object; raises HttpError 412 for values below -1 or not numbers."""
+    minutes, size = body.get("retentionTimeInMinutes", 0), body.get("retentionSizeInMB", 0)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= -1 for v in (minutes, size)):
+        raise HttpError(
+            412, "Invalid retention policy: retentionTimeInMinutes and retentionSizeInMB are -1 or more"
+        )
+    return Retention(minutes, size)
+
+
+def _policies_of_body(body: dict[str, Any]) -> Policies:
+    """The settings of a Pulsar Policies object this broker has (deduplicationEnabled,
+    schema_compatibility_strategy, retention_policies); the others are ignored. Raises HttpError 400/412."""
+    dedup = body.get("deduplicationEnabled")
+    if dedup is not None and not isinstance(dedup, bool):
+        raise HttpError(400, "deduplicationEnabled must be true or false")
+    strategy = body.get("schema_compatibility_strategy")
+    compatibility = None
+    if strategy is not None and strategy != "UNDEFINED":
+        try:
+            compatibility = Compatibility.parse(str(strategy))
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from None
+    retention = body.get("retention_policies")
+    if retention is not None and not isinstance(retention, dict):
+        raise HttpError(400, "retention_policies must be an object")
+    return Policies(dedup, compatibility, _retention(retention) if retention is not None else None)
+
+
+def _retention_json(retention: Retention) -> dict[str, int]:
+    return {"retentionTimeInMinutes": retention.minutes, "retentionSizeInMB": retention.size_mb}
+
+
+def _position(pos: tuple[int, int]) -> str:
+    return f"{pos[0]}:{pos[1]}"
+
+
+def topic_stats(broker: Broker, topic: Topic) -> dict[str, Any]:
+    """Pulsar's TopicStats for the counters this broker keeps (no rates: it measures none)."""
+    subs: dict[str, Any] = {}
+    for name, sub in topic.subscriptions.items():
+        subs[name] = {
+            "type": pb.CommandSubscribe.SubType.Name(cast(Any, sub.sub_type)),
+            "msgBacklog": sub.backlog(),
+            "msgOutCounter": sub.msg_out,
+            "isDurable": sub.durable,
+            "consumers": [
+                {
+                    "consumerName": c.name,
+                    "availablePermits": max(c.permits, 0),
+                    "unackedMessages": len(c.pending),
+                    "address": getattr(c.sender, "peer", ""),
+                }
+                for c in sub.consumers
+            ],
+        }
+    return {
+        "msgInCounter": topic.msg_in,
+        "bytesInCounter": topic.bytes_in,
+        "msgOutCounter": sum(s.msg_out for s in topic.subscriptions.values()),
+        "publishers": [
+            {
+                "producerName": ref.name,
+                "producerId": ref.producer_id,
+                "address": getattr(ref.owner, "peer", ""),
+            }
+            for ref in topic.producers.values()
+        ],
+        "subscriptions": subs,
+        "replication": {},
+        "deduplicationStatus": "Enabled" if broker.deduplication_enabled(topic.name) else "Disabled",
+        "topicEpoch": None,
+    }
+
+
+def internal_stats(topic: Topic) -> dict[str, Any]:
+    """Pulsar's PersistentTopicInternalStats, the fields this broker's log has."""
+    log_ = topic.log
+    return {
+        "entriesAddedCounter": len(log_) + log_.trimmed,
+        "numberOfEntries": len(log_),
+        "currentLedgerEntries": log_.next_entry_id,
+        "lastConfirmedEntry": _position(log_.last_position),
+        "state": "Terminated" if topic.terminated else "LedgerOpened",
+        "ledgers": [],
+        "cursors": {
+            name: {
+                "markDeletePosition": _position(sub.mark_delete),
+                "readPosition": _position(sub.read_pos),
+                "messagesConsumedCounter": sub.msg_out,
+                "state": "Open",
+                "active": bool(sub.consumers),
+            }
+            for name, sub in topic.subscriptions.items()
+        },
+    }
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+#: (metric, type, help, value of a topic) -- Pulsar's topic-level metric names.
+_TOPIC_METRICS: tuple[tuple[str, str, str, Callable[[Topic], int]], ...] = (
+    ("pulsar_subscriptions_count", "gauge", "subscriptions of the topic", lambda t: len(t.subscriptions)),
+    ("pulsar_producers_count", "gauge", "connected producers", lambda t: len(t.producers)),
+    (
+        "pulsar_consumers_count",
+        "gauge",
+        "connected consumers",
+        lambda t: sum(len(s.consumers) for s in t.subscriptions.values()),
+    ),
+    ("pulsar_in_messages_total", "counter", "messages published", lambda t: t.msg_in),
+    ("pulsar_in_bytes_total", "counter", "bytes published", lambda t: t.bytes_in),
+    (
+        "pulsar_out_messages_total",
+        "counter",
+        "messages dispatched",
+        lambda t: sum(s.msg_out for s in t.subscriptions.values()),
+    ),
+    (
+        "pulsar_msg_backlog",
+        "gauge",
+        "unacknowledged messages of all subscriptions",
+        lambda t: sum(s.backlog() for s in t.subscriptions.values()),
+    ),
+    ("pulsar_storage_entries", "gauge", "entries stored", lambda t: len(t.log)),
+)
+
+
+def prometheus_text(broker: Broker) -> str:
+    """The broker's counters and each loaded topic's in Prometheus' text format (as Pulsar names them)."""
+    cluster = _label(broker.name)
+    lines = []
+    broker_metrics = (
+        ("pulsar_active_connections", "gauge", len(broker.connections)),
+        ("pulsar_connection_created_total_count", "counter", broker.connections_accepted),
+        ("pulsar_topics_count", "gauge", len(broker.topics)),
+        ("pulsarwire_auth_failures_total", "counter", broker.auth_failures),
+        ("pulsarwire_write_failures_total", "counter", broker.write_failures),
+    )
+    for metric, kind, value in broker_metrics:
+        lines += [f"# TYPE {metric} {kind}", f'{metric}{{cluster="{cluster}"}} {value}']
+    topics = sorted(broker.topics.items())
+    for metric, kind, help_, fn in _TOPIC_METRICS:
+        lines += [f"# HELP {metric} {help_}", f"# TYPE {metric} {kind}"]
+        for name, topic in topics:
+            tn = TopicName.parse(name)
+            labels = f'cluster="{cluster}",namespace="{_label(tn.namespace_name)}",topic="{_label(name)}"'
+            lines.append(f"{metric}{{{labels}}} {fn(topic)}")
+    return "\n".join(lines) + "\n"
