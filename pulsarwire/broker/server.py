@@ -97,6 +97,8 @@ SERVER_VERSION = f"pulsarwire-broker/{__version__}"
 WRITE_BUFFER_HIGH = 1024 * 1024
 T = pb.BaseCommand
 E = pb.ServerError
+#: seconds a connection has to answer a liveness PING (Pulsar's connectionLivenessCheckTimeoutMillis)
+LIVENESS_TIMEOUT = 5.0
 SubType = pb.CommandSubscribe.SubType
 Mode = pb.CommandGetTopicsOfNamespace.Mode
 #: Topic domains GET_TOPICS_OF_NAMESPACE lists for each mode.
@@ -762,6 +764,8 @@ class ServerConnection(asyncio.Protocol):
         self._held_receipts: deque[tuple[float, pb.CommandSend, int, int]] = deque()
         #: False while the transport's write buffer is over its high-water mark (Sender.writable)
         self.writable = True
+        #: a liveness check in progress (PING sent, PONG awaited): every asker shares it
+        self._liveness: asyncio.Future[bool] | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -817,6 +821,38 @@ class ServerConnection(asyncio.Protocol):
         for timer in (self._keepalive, self._auth_timer, self._auth_deadline, self._connect_deadline):
             if timer is not None:
                 timer.cancel()
+        self._drop_everything()
+        self._settle_liveness(False)
+
+    def _settle_liveness(self, alive: bool) -> None:
+        if self._liveness is not None and not self._liveness.done():
+            self._liveness.set_result(alive)
+        self._liveness = None
+
+    async def check_liveness(self) -> bool:
+        """Whether the client on this connection still answers (Pulsar's checkConnectionLiveness).
+
+        A PING is sent and a PONG awaited for LIVENESS_TIMEOUT seconds; a connection that does not
+        answer in time is closed and its producers and consumers are dropped at once.
+        """
+        if self.transport is None or self.transport.is_closing():
+            self._drop_everything()
+            return False
+        if self._liveness is None:
+            self._liveness = asyncio.get_running_loop().create_future()
+            self.send(new_command(T.PING)[0])
+        try:
+            alive = await asyncio.wait_for(asyncio.shield(self._liveness), LIVENESS_TIMEOUT)
+        except TimeoutError:
+            alive = False
+        if not alive:
+            log.info("closing %s: no answer to a liveness check", self.peer)
+            self.close()
+            self._drop_everything()
+        return alive
+
+    def _drop_everything(self) -> None:
+        """Forget this connection's producers and consumers now (it is closed or closing)."""
         for p in list(self.producers.values()):
             self._remove_producer(p)
         for cid in list(self.consumers):
@@ -1112,7 +1148,7 @@ class ServerConnection(asyncio.Protocol):
         self.send(new_command(T.PONG)[0])
 
     def on_pong(self, cmd: pb.BaseCommand, _: Any) -> None:
-        pass  # last_seen is refreshed for every frame
+        self._settle_liveness(True)  # last_seen is refreshed for every frame
 
     def on_partitioned_metadata(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.partitionMetadata
@@ -1180,29 +1216,59 @@ class ServerConnection(asyncio.Protocol):
         if name in topic.producers:
             raise BrokerError(E.ProducerBusy, f"producer with name '{name}' is already connected to topic")
         version = self._register_schema(topic, req.schema) if req.HasField("schema") else None
-        ref = ProducerRef(req.producer_id, name, topic, self)
-        topic.producers[name] = ref
+        ref = ProducerRef(
+            req.producer_id,
+            name,
+            topic,
+            self,
+            access_mode=req.producer_access_mode,
+            epoch=req.topic_epoch if req.HasField("topic_epoch") else None,
+            request_id=req.request_id,
+            schema_version=version,
+        )
+        refusal = topic.add_producer(ref)
+        if refusal is not None:
+            raise BrokerError(*refusal)
         self.producers[req.producer_id] = ref
-        self._producer_success(req.request_id, ref, version)
+        self._producer_success(req.request_id, ref)
 
-    def _producer_success(self, request_id: int, ref: ProducerRef, schema_version: int | None = None) -> None:
+    def _producer_success(self, request_id: int, ref: ProducerRef) -> None:
+        """PRODUCER_SUCCESS for ``ref``: with ``producer_ready`` false while it waits for exclusive
+        access (as Pulsar, which answers again, ready, when the producer gets the topic)."""
         resp, sub = new_command(T.PRODUCER_SUCCESS)
         sub.request_id = request_id
         sub.producer_name = ref.name
         dedup = self.broker.deduplication_enabled(ref.topic.name)
-        sub.last_sequence_id = ref.topic.last_sequence.get(ref.name, -1) if dedup else -1
+        ready = ref.ready
+        sub.last_sequence_id = ref.topic.last_sequence.get(ref.name, -1) if dedup and ready else -1
+        schema_version = ref.schema_version
         if schema_version is None:  # no schema of its own: the topic's latest, if any
             latest = self.broker.schemas.latest(ref.topic.name)
             schema_version = latest.version if latest is not None else None
         if schema_version is not None:
             sub.schema_version = schema_version.to_bytes(8, "big")
+        if ready and ref.topic.topic_epoch is not None:
+            sub.topic_epoch = ref.topic.topic_epoch
+        sub.producer_ready = ready
         self.send(resp)
+
+    def producer_promoted(self, ref: ProducerRef) -> None:
+        """A queued WaitForExclusive producer got the topic: answer its PRODUCER again, ready."""
+        self._producer_success(ref.request_id, ref)
+
+    def refuse_waiting_producer(self, ref: ProducerRef, code: int, message: str) -> None:
+        """A queued producer will never get the topic (fenced): fail its PRODUCER request."""
+        if self.producers.get(ref.producer_id) is ref:
+            del self.producers[ref.producer_id]
+        self._error(ref.request_id, code, message)
 
     def on_send(self, cmd: pb.BaseCommand, payload: Any) -> None:
         req = cmd.send
         ref = self.producers.get(req.producer_id)
         if ref is None:
             raise BrokerError(E.UnknownError, f"no producer {req.producer_id}")
+        if not ref.ready:
+            raise BrokerError(E.ProducerBusy, f"producer {ref.name} is waiting for exclusive access")
         topic = ref.topic
         if topic.terminated:
             raise BrokerError(E.TopicTerminatedError, f"topic {topic.name} is terminated")
@@ -1337,8 +1403,7 @@ class ServerConnection(asyncio.Protocol):
 
     def _remove_producer(self, ref: ProducerRef) -> None:
         self.producers.pop(ref.producer_id, None)
-        if ref.topic.producers.get(ref.name) is ref:
-            del ref.topic.producers[ref.name]
+        ref.topic.remove_producer(ref)
 
     def close_producer(self, ref: ProducerRef) -> None:
         """Broker-initiated CLOSE_PRODUCER (the client is expected to look up and reconnect)."""
@@ -1412,7 +1477,7 @@ class ServerConnection(asyncio.Protocol):
         self.send(resp)
 
     # -- consumers -------------------------------------------------------------------
-    def on_subscribe(self, cmd: pb.BaseCommand, _: Any) -> None:
+    def on_subscribe(self, cmd: pb.BaseCommand, _: Any, *, holder_checked: bool = False) -> None:
         req = cmd.subscribe
         if req.consumer_id in self.consumers:
             self._success(req.request_id)
@@ -1432,7 +1497,13 @@ class ServerConnection(asyncio.Protocol):
             if sub.sub_type != req.subType:
                 raise BrokerError(E.ConsumerBusy, "subscription is of a different type")
             if sub.sub_type == SubType.Exclusive:
-                raise BrokerError(E.ConsumerBusy, "exclusive consumer is already connected")
+                holder = cast(ServerConnection, sub.consumers[0].sender)
+                if holder is not self and not holder_checked:
+                    # As Pulsar: the consumer may belong to a client that is already gone (its
+                    # close not yet seen here); ask its connection before answering ConsumerBusy.
+                    asyncio.get_running_loop().create_task(self._subscribe_after_liveness(cmd, holder))
+                    return
+                raise BrokerError(E.ConsumerBusy, "Exclusive consumer is already connected")
         else:
             sub.sub_type = req.subType
         consumer = ConsumerRef(
@@ -1464,6 +1535,17 @@ class ServerConnection(asyncio.Protocol):
         self._success(req.request_id)
         sub.add_consumer(consumer)
         self.broker._check_end_of_topic(topic, sub)
+
+    async def _subscribe_after_liveness(self, cmd: pb.BaseCommand, holder: ServerConnection) -> None:
+        await holder.check_liveness()
+        if self.transport is None:
+            return
+        try:
+            self.on_subscribe(cmd, None, holder_checked=True)
+        except BrokerError as exc:
+            self._fail_request(cmd, exc.code, str(exc))
+        except Exception as exc:
+            self._fail_unexpectedly(cmd, exc)
 
     def _new_subscription(self, topic: Topic, req: pb.CommandSubscribe) -> Subscription:
         log_ = topic.log
