@@ -1671,6 +1671,7 @@ class ServerConnection(asyncio.Protocol):
         sub.remove_consumer(consumer)
         if not sub.durable and not sub.consumers:
             topic.subscriptions.pop(sub.name, None)
+            sub.close()
 
     def close_consumer(self, consumer_id: int) -> None:
         """Broker-initiated CLOSE_CONSUMER: the client resubscribes."""

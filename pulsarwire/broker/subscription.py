@@ -30,6 +30,15 @@ not stored change nothing, and a cumulative ack past the last entry is refused
 (Pulsar's "Invalid mark deleted position") -- it would silently skip messages
 not yet written.
 
+Delayed delivery (Shared and Key_Shared only, as Pulsar; other types deliver at once). An entry
+whose metadata has ``deliver_at_time`` in the future is set aside when dispatch first reads it: its
+position goes into the subscription's delayed index (a heap of (deliver_at, position)) and one
+timer on the event loop waits for the earliest of them; when it fires, the due positions join the
+replay heap. Nothing else is kept per delayed message, and a restart rebuilds the index from the
+entries themselves (the cursor is read again from its mark-delete position). A scan sets aside at
+most MAX_DELAYED_PER_SCAN entries before it lets the loop run, so a bulk of delayed messages
+cannot freeze the broker.
+
 Durable cursors are written to ``cursors.json`` of the topic (debounced by the
 broker); a lost update redelivers, it never skips — as Pulsar's own
 rate-limited mark-delete persistence.
@@ -37,10 +46,12 @@ rate-limited mark-delete persistence.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import heapq
 import itertools
 import struct
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -55,6 +66,10 @@ KEY_HASH_RANGE = 65536
 #: Key_Shared STICKY: most hash ranges one consumer may ask for (Pulsar has no cap; 65536 slots)
 MAX_HASH_RANGES_PER_CONSUMER = 1024
 SubType = pb.CommandSubscribe.SubType
+#: subscription types that honour deliver_at_time (Pulsar: the multiple-consumer dispatchers)
+DELAYING_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
+#: delayed entries one dispatch call sets aside before it yields to the event loop
+MAX_DELAYED_PER_SCAN = 1000
 HashRange = tuple[int, int]
 
 
@@ -139,6 +154,7 @@ class Subscription:
         start: Position,
         partition_index: int = -1,
         on_change: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
         self.log = log
@@ -163,6 +179,12 @@ class Subscription:
         self._sticky_starts: list[int] = []
         self._on_change = on_change or (lambda: None)
         self.msg_out = 0
+        #: delayed delivery: (deliver_at ms, position) heap, the timer for its head, a scan to resume
+        self.delayed: list[tuple[int, Position]] = []
+        self._clock = clock
+        self._delay_timer: asyncio.TimerHandle | None = None
+        self._delay_timer_at = 0
+        self._scan_resumes = False
 
     # -- state for persistence -----------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -384,6 +406,7 @@ class Subscription:
         self._replay_set.clear()
         self.redeliveries.clear()
         self._recently_joined.clear()
+        self.delayed.clear()
         for consumer in self.consumers:
             consumer.pending.clear()
         self.pending.clear()
@@ -447,13 +470,74 @@ class Subscription:
                 continue
             return entry, True
         idx = self.log.index_after(self.read_pos)
+        delaying = self.sub_type in DELAYING_TYPES
+        set_aside = 0
         while idx < len(self.log):
             entry = self.log.entry(idx)
             if not self.is_acked(entry.position):
-                return entry, False
+                if not delaying or not self._set_aside(entry):
+                    return entry, False
+                set_aside += 1
+                if set_aside >= MAX_DELAYED_PER_SCAN:
+                    self.read_pos = entry.position
+                    self._resume_scan_soon()
+                    return None
             self.read_pos = entry.position
             idx += 1
         return None
+
+    # -- delayed delivery ---------------------------------------------------------
+    def _set_aside(self, entry: Entry) -> bool:
+        """Put ``entry`` in the delayed index when its deliver_at_time is still to come."""
+        md = entry.metadata
+        if not md.HasField("deliver_at_time"):
+            return False
+        at = md.deliver_at_time
+        if at <= self._clock() * 1000:
+            return False
+        heapq.heappush(self.delayed, (at, entry.position))
+        self._arm_delay_timer()
+        return True
+
+    def _arm_delay_timer(self) -> None:
+        if not self.delayed:
+            return
+        at = self.delayed[0][0]
+        if self._delay_timer is not None:
+            if self._delay_timer_at <= at:
+                return
+            self._delay_timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, at / 1000 - self._clock())
+        self._delay_timer = loop.call_later(delay, self._release_due)
+        self._delay_timer_at = at
+
+    def _release_due(self) -> None:
+        """The delay timer fired: due positions go to the replay heap, then dispatch."""
+        self._delay_timer = None
+        now = self._clock() * 1000
+        while self.delayed and self.delayed[0][0] <= now:
+            _at, pos = heapq.heappop(self.delayed)
+            self._to_replay(pos, count=False)
+        self._arm_delay_timer()
+        self.dispatch()
+
+    def _resume_scan_soon(self) -> None:
+        if self._scan_resumes:
+            return
+        self._scan_resumes = True
+
+        def resume() -> None:
+            self._scan_resumes = False
+            self.dispatch()
+
+        asyncio.get_running_loop().call_soon(resume)
+
+    def close(self) -> None:
+        """The subscription is gone: stop its delay timer."""
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
 
     def _prune_recently_joined(self) -> None:
         """A joined consumer is an ordinary one once everything read before it joined is acknowledged."""

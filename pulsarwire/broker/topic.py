@@ -215,7 +215,9 @@ class Topic:
             nxt.owner.producer_promoted(nxt)
 
     def forget_subscription(self, name: str) -> None:
-        self.subscriptions.pop(name, None)
+        sub = self.subscriptions.pop(name, None)
+        if sub is not None:
+            sub.close()
         getattr(self, "saved_subscriptions", {}).pop(name, None)
         self.save_state()
 

@@ -8,7 +8,10 @@ own process and end with the bystander check (tests/helpers/hostile.py).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
 
 import pulsar
 import pytest
@@ -16,8 +19,8 @@ import pytest
 from pulsarwire.broker import Broker
 from pulsarwire.codec import new_command
 from pulsarwire.proto import pb
-from tests.helpers.hostile import connect
-from tests.pulsarwire.broker.support import assert_silent, receive_n
+from tests.helpers.hostile import assert_bystander_served, broker_url, connect, ping, producer, send_frame
+from tests.pulsarwire.broker.support import QUIET, assert_silent, new_topic, receive_n
 
 Mode = pulsar.ProducerAccessMode
 T = pb.BaseCommand
@@ -81,9 +84,9 @@ def test_wait_for_exclusive_gets_the_topic_when_the_holder_leaves(client: pulsar
     assert [m.data() for m in (reader.read_next(5000) for _ in range(2))] == [b"first", b"second"]
 
 
-def test_topic_epoch_survives_a_restart(start_broker: Callable[..., Broker], tmp_path, make_client) -> None:
-    from tests.pulsarwire.broker.support import new_topic
-
+def test_topic_epoch_survives_a_restart(
+    start_broker: Callable[..., Broker], tmp_path: Path, make_client: Callable[[Broker], pulsar.Client]
+) -> None:
     b = start_broker(data_dir=tmp_path)
     topic = new_topic()
     c = make_client(b)
@@ -128,3 +131,96 @@ def test_exclusive_subscription_held_by_a_silent_client_is_taken_over(
     producer = make_client(shared_broker).create_producer(topic)
     producer.send(b"to the new consumer")
     assert [m.data() for m in receive_n(consumer, 1)] == [b"to the new consumer"]
+
+
+# -- delayed delivery -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sub_type", [pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared])
+def test_delayed_delivery_on_shared_subscriptions(
+    client: pulsar.Client, topic: str, sub_type: pulsar.ConsumerType
+) -> None:
+    consumer = client.subscribe(topic, "s", consumer_type=sub_type)
+    producer = client.create_producer(topic)
+    sent_at = time.time()
+    producer.send(b"later", deliver_after=timedelta(seconds=2), partition_key="k")
+    producer.send(b"now", partition_key="k2")
+    producer.send(b"at", deliver_at=int((sent_at + 1) * 1000), partition_key="k3")
+    first = receive_n(consumer, 1)[0]
+    assert first.data() == b"now"
+    second = receive_n(consumer, 1)[0]
+    assert second.data() == b"at" and time.time() - sent_at >= 0.9
+    third = receive_n(consumer, 1)[0]
+    assert third.data() == b"later" and time.time() - sent_at >= 1.9
+    for m in (first, second, third):
+        consumer.acknowledge(m)
+    assert_silent(consumer)
+
+
+@pytest.mark.parametrize("sub_type", [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover])
+def test_delayed_messages_go_at_once_to_exclusive_and_failover(
+    client: pulsar.Client, topic: str, sub_type: pulsar.ConsumerType
+) -> None:
+    consumer = client.subscribe(topic, "s", consumer_type=sub_type)
+    producer = client.create_producer(topic)
+    producer.send(b"later", deliver_after=timedelta(hours=1))
+    assert receive_n(consumer, 1, timeout_ms=2000)[0].data() == b"later"
+
+
+def test_delayed_messages_survive_a_restart(
+    start_broker: Callable[..., Broker], tmp_path: Path, make_client: Callable[[Broker], pulsar.Client]
+) -> None:
+    b = start_broker(data_dir=tmp_path)
+    topic = new_topic()
+    c = make_client(b)
+    c.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared).close()
+    c.create_producer(topic).send(b"later", deliver_after=timedelta(seconds=2))
+    c.close()
+    b.restart()
+    consumer = make_client(b).subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    assert_silent(consumer, 500)
+    assert receive_n(consumer, 1, timeout_ms=5000)[0].data() == b"later"
+
+
+def test_hostile_bulk_of_far_future_messages(tmp_path: Path) -> None:
+    """20,000 messages due in a century, then one due now: a Shared consumer gets the one at once, the
+    scan that sets the others aside runs in slices (the bystander is served), and none arrives."""
+    bulk = 20_000
+    with broker_url("--data-dir", str(tmp_path)) as url:
+        topic = new_topic()
+        client = pulsar.Client(url, operation_timeout_seconds=10, logger=pulsar.ConsoleLogger(QUIET))
+        consumer = client.subscribe(
+            topic,
+            "s",
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        conn = connect(url)
+        assert producer(conn, topic, name="bulk").type == T.PRODUCER_SUCCESS
+        century = int((time.time() + 100 * 365 * 86400) * 1000)
+        frames = b"".join(
+            send_frame(
+                1,
+                seq,
+                pb.MessageMetadata(
+                    producer_name="bulk", sequence_id=seq, publish_time=1, deliver_at_time=century
+                ),
+                b"x",
+            )
+            for seq in range(bulk)
+        )
+        conn.sock.sendall(frames)
+        deadline = time.monotonic() + 30
+        while not any(
+            f.type == T.SEND_RECEIPT and f.command.send_receipt.sequence_id == bulk - 1 for f in conn.frames
+        ):
+            assert time.monotonic() < deadline and not conn.closed, "the bulk was not stored"
+            conn.frames.clear()
+            conn._read(1.0)
+        client.create_producer(topic).send(b"due now")  # stored after the whole bulk
+        assert_bystander_served(url)
+        assert receive_n(consumer, 1, timeout_ms=10_000)[0].data() == b"due now"
+        assert_silent(consumer, 500)
+        ping(conn)
+        assert_bystander_served(url)
+        client.close()
