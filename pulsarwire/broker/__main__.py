@@ -29,6 +29,7 @@ from pulsarwire.errors import InvalidTopicName
 
 from .auth import Authentication, Authenticator, Provider, TlsAuth, TokenAuth, TokenKeyError, read_key
 from .authz import Grant, Grants, GrantSyntaxError
+from .htpasswd import BasicAuth, PasswordFileError
 from .naming import TopicName
 from .policies import (
     DEFAULT_NAMESPACE,
@@ -294,6 +295,15 @@ def build_parser() -> argparse.ArgumentParser:
         " AuthenticationProviderTls); needs --tls-port and --tls-trust-certs; combines with a token flag",
     )
     p.add_argument(
+        "--auth-basic-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="authenticate 'basic' clients (user:password) against an htpasswd-style file of"
+        " user:hash lines, $apr1$ or crypt(3) as Pulsar's AuthenticationProviderBasic; the role is"
+        " the user; combines with token and TLS authentication",
+    )
+    p.add_argument(
         "--anonymous-role",
         default=None,
         metavar="ROLE",
@@ -390,11 +400,16 @@ def _authentication(p: argparse.ArgumentParser, args: argparse.Namespace) -> Aut
         )
     if args.tls_trust_certs is not None and args.tls_port is None:
         p.error("--tls-trust-certs is for the TLS listener: give --tls-port too")
-    if not args.auth_tls and args.anonymous_role is None:
+    if not args.auth_tls and args.anonymous_role is None and args.auth_basic_file is None:
         return token
     providers: list[Provider] = [token] if token is not None else []
     if args.auth_tls:
         providers.append(TlsAuth())
+    if args.auth_basic_file is not None:
+        try:
+            providers.append(BasicAuth.from_file(args.auth_basic_file))
+        except PasswordFileError as exc:
+            p.error(f"--auth-basic-file: {exc}")
     return Authentication(*providers, anonymous_role=args.anonymous_role)
 
 

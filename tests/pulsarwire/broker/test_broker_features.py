@@ -17,9 +17,11 @@ import pulsar
 import pytest
 
 from pulsarwire.broker import Broker
+from pulsarwire.broker.htpasswd import apr1_crypt, system_crypt
 from pulsarwire.codec import new_command
 from pulsarwire.proto import pb
 from tests.helpers.hostile import assert_bystander_served, broker_url, connect, ping, producer, send_frame
+from tests.helpers.raw import RawConnection
 from tests.pulsarwire.broker.support import QUIET, assert_silent, new_topic, receive_n
 
 Mode = pulsar.ProducerAccessMode
@@ -224,3 +226,93 @@ def test_hostile_bulk_of_far_future_messages(tmp_path: Path) -> None:
         ping(conn)
         assert_bystander_served(url)
         client.close()
+
+
+# -- basic authentication --------------------------------------------------------------------------------
+
+#: "secret" for alice as ``htpasswd -m`` (apr1) writes it, "hunter2" for bob as ``htpasswd -d`` (crypt)
+APR1_ALICE = "$apr1$abcdefgh$h9FWgUz3n9YxylKLlR5SQ/"
+
+
+def _produce_as(url: str, auth: pulsar.Authentication, topic: str, timeout: int = 10) -> None:
+    client = pulsar.Client(
+        url, authentication=auth, operation_timeout_seconds=timeout, logger=pulsar.ConsoleLogger(QUIET)
+    )
+    try:
+        client.create_producer(topic).send(b"x")
+    finally:
+        client.close()
+
+
+def test_basic_auth_beside_tokens(tmp_path: Path) -> None:
+    import jwt
+
+    des = system_crypt()
+    assert des is not None  # Python 3.11/3.12: the crypt module is there
+    passwords = tmp_path / "passwords"
+    passwords.write_text(f"alice:{APR1_ALICE}\nbob:{des('hunter2', 'xy')}\n")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"k" * 32)
+    token = jwt.encode({"sub": "carol"}, b"k" * 32, algorithm="HS256")
+    grants = [f"--grant={role}:public/default:produce,consume" for role in ("alice", "bob", "carol")]
+    with broker_url(
+        "--auth-basic-file", str(passwords), "--auth-token-secret-file", str(secret), *grants
+    ) as url:
+        topic = new_topic()
+        _produce_as(url, pulsar.AuthenticationBasic("alice", "secret"), topic)
+        _produce_as(url, pulsar.AuthenticationBasic("bob", "hunter2"), topic)
+        _produce_as(url, pulsar.AuthenticationToken(token), topic)
+        for user, password in (("alice", "wrong"), ("bob", "secret"), ("mallory", "secret"), ("alice", "")):
+            # The broker's answer, exactly: ERROR AuthenticationError, then the connection closes.
+            conn = RawConnection.to(url, connect=False)
+            cmd, req = new_command(T.CONNECT)
+            req.client_version, req.protocol_version = "tests", 21
+            req.auth_method_name, req.auth_data = "basic", f"{user}:{password}".encode()
+            conn.send(cmd)
+            refused = conn.expect(T.ERROR).command.error
+            assert refused.error == pb.AuthenticationError and refused.message.endswith(
+                "Unknown user or invalid password"
+            )
+            assert conn.wait_closed(5)
+            # the official client sees a closed handshake and gives up (as against Apache Pulsar)
+            with pytest.raises(pulsar.PulsarException):
+                _produce_as(url, pulsar.AuthenticationBasic(user, password), topic, timeout=2)
+        assert_bystander_served(url, token=token)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("dave:$2y$05$abcdefghijklmnopqrstuu5s2v8.iXieOjg/.AySBTTZIIVFJeBui", "bcrypt"),
+        ("dave:$6$salt$hash", "Pulsar accepts only"),
+        ("dave", "expected user:hash"),
+    ],
+)
+def test_basic_auth_file_lines_pulsar_cannot_check_are_refused_at_start(
+    tmp_path: Path, line: str, why: str
+) -> None:
+    import subprocess
+    import sys
+
+    passwords = tmp_path / "passwords"
+    passwords.write_text(line + "\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pulsarwire.broker", "--port", "0", "--auth-basic-file", str(passwords)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert why in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("password", "salt", "expected"),
+    [  # from `openssl passwd -apr1 -salt SALT PASSWORD`
+        (b"secret", "abcdefgh", "$apr1$abcdefgh$h9FWgUz3n9YxylKLlR5SQ/"),
+        ("p@ss wörd".encode(), "xy", "$apr1$xy$7UDkHEb6bPRyjb1pKo90E."),
+        (b"x" * 40, "12345678", "$apr1$12345678$lmvIejSHXo9SZNHoskkNr0"),
+    ],
+)
+def test_apr1_matches_openssl(password: bytes, salt: str, expected: str) -> None:
+    assert apr1_crypt(password, salt) == expected
