@@ -170,6 +170,20 @@ def build_parser() -> argparse.ArgumentParser:
         " (Pulsar's brokerDeduplicationEnabled)",
     )
     p.add_argument(
+        "--compaction-threshold",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="compact a topic once this many bytes were stored since its last compaction"
+        " (Pulsar's compactionThreshold; default 0 = only when asked)",
+    )
+    p.add_argument(
+        "--compaction-retain-null-key",
+        action="store_true",
+        help="compaction keeps messages without a key (Pulsar's topicCompactionRetainNullKey;"
+        " by default they are dropped, as Pulsar since 3.2)",
+    )
+    p.add_argument(
         "--namespace",
         type=_namespace,
         action="append",
@@ -458,6 +472,8 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         p.error("--connect-timeout must be positive")
     if args.max_connections < 0:
         p.error("--max-connections must be 0 (no limit) or positive")
+    if args.compaction_threshold < 0:
+        p.error("--compaction-threshold must be 0 (only when asked) or positive")
     cfg = BrokerConfig(
         host=args.host,
         advertised_address=args.advertised_address,
@@ -485,6 +501,8 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         grants=Grants(tuple(args.grant), frozenset(args.superuser)),
         connect_timeout=args.connect_timeout,
         max_connections=args.max_connections,
+        compaction_threshold=args.compaction_threshold,
+        compaction_retain_null_key=args.compaction_retain_null_key,
     )
     return args, cfg
 

@@ -55,6 +55,7 @@ from pulsarwire.proto import PROTOCOL_VERSION, pb
 
 from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Authenticator, Identity, PeerCertificate
 from .authz import CONSUME, LOOKUP, PRODUCE, Action, Grants
+from .compaction import CompactionStatus
 from .faults import Faults, corrupt
 from .naming import TopicName
 from .policies import DEFAULT_NAMESPACE, Namespaces, Policies, read_names, write_names
@@ -190,6 +191,11 @@ class BrokerConfig:
     max_watchers_per_connection: int = MAX_WATCHERS_PER_CONNECTION
     #: largest serialized schema accepted (Pulsar documents no cap but the message size)
     max_schema_size: int = MAX_SCHEMA_SIZE
+    #: compact a topic once this many bytes were stored since its last compaction (0: never;
+    #: Pulsar's compactionThreshold / brokerServiceCompactionThresholdInBytes)
+    compaction_threshold: int = 0
+    #: compaction keeps messages without a key (Pulsar's topicCompactionRetainNullKey, default false)
+    compaction_retain_null_key: bool = False
 
 
 class BrokerStartError(PulsarWireError):
@@ -520,6 +526,52 @@ class Broker:
             t.log.trim_head(entries)
 
         self.call(do)
+
+    # -- compaction (thread-safe) --------------------------------------------------------
+    def compact(self, topic: str) -> None:
+        """Start compacting ``topic`` (Pulsar's PUT .../compaction); returns at once, the status tells
+        when it is done. Raises BrokerError (TopicNotFound: no such topic; NotAllowedError: a
+        partitioned topic, compact its partitions) and CompactionInProgressError while one runs."""
+
+        def do() -> None:
+            self._start_compaction(self._existing_topic(topic))
+
+        self.call(do)
+
+    def compaction_status(self, topic: str) -> dict[str, str]:
+        """Pulsar's GET .../compaction: ``{"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}``;
+        raises BrokerError as :meth:`compact`."""
+
+        def do() -> dict[str, str]:
+            t = self._existing_topic(topic)
+            return {"status": t.compaction_status.value, "lastError": t.compaction_error}
+
+        return cast(dict[str, str], self.call(do))
+
+    def _existing_topic(self, topic: str) -> Topic:
+        name = str(TopicName.parse(topic))
+        if name in self.partitioned:
+            raise BrokerError(E.NotAllowedError, f"{name} is a partitioned topic: use its partitions")
+        t = self.get_topic(name, create=self.topic_exists(name))
+        if t is None:
+            raise BrokerError(E.TopicNotFound, f"Topic {name} not found")
+        return t
+
+    def _start_compaction(self, topic: Topic) -> asyncio.Task[None]:
+        return topic.start_compaction(
+            retain_null_key=self.config.compaction_retain_null_key,
+            max_message_size=self.config.max_message_size,
+        )
+
+    def compact_over_threshold(self, topic: Topic) -> None:
+        """Start a compaction of ``topic`` when the bytes stored since the last one pass the threshold."""
+        threshold = self.config.compaction_threshold
+        if (
+            threshold > 0
+            and topic.bytes_since_compaction > threshold
+            and topic.compaction_status != CompactionStatus.RUNNING
+        ):
+            self._start_compaction(topic)
 
     # -- fault injection (thread-safe) -----------------------------------------------
     def inject(self, **faults: Any) -> None:
@@ -1319,6 +1371,7 @@ class ServerConnection(asyncio.Protocol):
             return
         self._receipt(req, entry.ledger_id, entry.entry_id)
         topic.dispatch_all()
+        self.broker.compact_over_threshold(topic)
 
     def _check_send(self, ref: ProducerRef, req: pb.CommandSend, payload: Payload) -> None:
         """Refuse a SEND an honest producer never makes (raises BrokerError NotAllowedError: the
@@ -1488,6 +1541,9 @@ class ServerConnection(asyncio.Protocol):
         if not req.force_topic_creation and not self.broker.topic_exists(name):
             raise BrokerError(E.TopicNotFound, f"topic {name} does not exist")
         topic = self._topic_for_use(req.topic, CONSUME)
+        if req.read_compacted and req.subType not in (SubType.Exclusive, SubType.Failover):
+            only = "readCompacted only allowed on failover or exclusive subscriptions"
+            raise BrokerError(E.NotAllowedError, only)
         if req.HasField("schema"):
             self._check_consumer_schema(topic, req.schema)
         sub = topic.subscriptions.get(req.subscription)
@@ -1533,6 +1589,9 @@ class ServerConnection(asyncio.Protocol):
             raise BrokerError(E.ConsumerAssignError, refusal)
         self.consumers[req.consumer_id] = (consumer, topic, sub)
         self._success(req.request_id)
+        if not sub.consumers:  # the cursor reads compacted as its consumers ask
+            sub.read_compacted = req.read_compacted and topic.persistent
+            sub.view = topic.compacted if sub.read_compacted else None
         sub.add_consumer(consumer)
         self.broker._check_end_of_topic(topic, sub)
 

@@ -39,6 +39,11 @@ entries themselves (the cursor is read again from its mark-delete position). A s
 most MAX_DELAYED_PER_SCAN entries before it lets the loop run, so a bulk of delayed messages
 cannot freeze the broker.
 
+Compacted reads (``read_compacted``, Exclusive and Failover only, as Pulsar): while the cursor is
+before the compacted view's horizon, dispatch jumps from one retained entry to the next and sends a
+partly retained batch with an ``ack_set`` that hides the messages compaction removed
+(compaction.py); after the horizon the topic is read as it is.
+
 Durable cursors are written to ``cursors.json`` of the topic (debounced by the
 broker); a lost update redelivers, it never skips — as Pulsar's own
 rate-limited mark-delete persistence.
@@ -58,6 +63,7 @@ from typing import Any, Protocol
 
 from pulsarwire.proto import pb
 
+from .compaction import CompactedView
 from .storage import Entry, TopicLog
 
 Position = tuple[int, int]
@@ -185,6 +191,9 @@ class Subscription:
         self._delay_timer: asyncio.TimerHandle | None = None
         self._delay_timer_at = 0
         self._scan_resumes = False
+        #: compacted reads: the topic's compacted view (None: not compacted, or not read_compacted)
+        self.read_compacted = False
+        self.view: CompactedView | None = None
 
     # -- state for persistence -----------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -469,11 +478,17 @@ class Subscription:
                 self._replay_set.discard(pos)
                 continue
             return entry, True
+        self._skip_compacted_out()
         idx = self.log.index_after(self.read_pos)
         delaying = self.sub_type in DELAYING_TYPES
         set_aside = 0
         while idx < len(self.log):
             entry = self.log.entry(idx)
+            if self._compacted_out(entry.position):
+                self.read_pos = entry.position
+                self._skip_compacted_out()
+                idx = self.log.index_after(self.read_pos)
+                continue
             if not self.is_acked(entry.position):
                 if not delaying or not self._set_aside(entry):
                     return entry, False
@@ -485,6 +500,30 @@ class Subscription:
             self.read_pos = entry.position
             idx += 1
         return None
+
+    # -- compacted reads ----------------------------------------------------------
+    def _skip_compacted_out(self) -> None:
+        """Before the view's horizon, move the read position to just before the next retained entry."""
+        view = self.view
+        if view is None or self.read_pos >= view.horizon:
+            return
+        nxt = view.next_after(self.read_pos)
+        if nxt is None or nxt > view.horizon:
+            self.read_pos = view.horizon
+            return
+        idx = self.log.index_at_or_after(nxt)
+        if idx > 0:
+            self.read_pos = max(self.read_pos, self.log.position(idx - 1))
+
+    def _compacted_out(self, pos: Position) -> bool:
+        view = self.view
+        return view is not None and pos <= view.horizon and pos not in view.masks
+
+    def _view_mask(self, pos: Position) -> int | None:
+        view = self.view
+        if view is None or pos > view.horizon:
+            return None
+        return view.masks.get(pos)
 
     # -- delayed delivery ---------------------------------------------------------
     def _set_aside(self, entry: Entry) -> bool:
@@ -575,6 +614,9 @@ class Subscription:
             else:
                 self.read_pos = pos
             mask = self.batch_acks.get(pos)
+            kept = self._view_mask(pos) if entry.is_batch else None
+            if kept is not None:
+                mask = kept if mask is None else mask & kept
             ack_set = None
             count = entry.num_messages
             if mask is not None and entry.is_batch:

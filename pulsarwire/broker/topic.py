@@ -15,7 +15,9 @@ and holds only what is on its way to connected consumers (:meth:`Topic.publish_t
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +25,18 @@ from typing import Any
 
 from pulsarwire.proto import pb
 
+from .compaction import (
+    CompactedView,
+    CompactionInProgressError,
+    CompactionStatus,
+    compact,
+    load_view,
+    save_view,
+)
 from .storage import Entry, TopicLog, topic_dir
 from .subscription import Position, Subscription
+
+log = logging.getLogger(__name__)
 
 #: Entries a non-persistent topic keeps for consumers that lag behind (the official clients'
 #: receiver queue); older ones are dropped, as Pulsar drops messages a consumer has no permits for.
@@ -89,19 +101,55 @@ class Topic:
     waiting_producers: dict[ProducerRef, None] = field(default_factory=dict)
     #: grows each time a producer becomes exclusive (None: never had one)
     topic_epoch: int | None = None
+    #: topic compaction (compaction.py): the view read_compacted subscriptions read, the status
+    #: of the last run (Pulsar's LongRunningProcessStatus), bytes stored since it started
+    compacted: CompactedView | None = None
+    compaction_status: CompactionStatus = CompactionStatus.NOT_RUN
+    compaction_error: str = ""
+    bytes_since_compaction: int = 0
     _dirty: bool = False
 
     def __post_init__(self) -> None:
         # last_sequence of a stored topic comes filled: note_sequence ran for each entry as the
         # log was recovered (TopicLog's on_recover), so the bodies are not read a second time.
         self._load_state()
+        if self.data_dir is not None:
+            self.compacted = load_view(topic_dir(self.data_dir, self.name))
 
     def append(self, data: bytes, md: pb.MessageMetadata) -> Entry:
         entry = self.log.append(data, md)
         note_sequence(self.last_sequence, md)
         self.msg_in += entry.num_messages
         self.bytes_in += len(data)
+        self.bytes_since_compaction += len(data)
         return entry
+
+    # -- compaction ---------------------------------------------------------------------
+    def start_compaction(self, *, retain_null_key: bool, max_message_size: int) -> asyncio.Task[None]:
+        """Compact the topic in a task on the running loop (see compaction.py); raises
+        CompactionInProgressError while a compaction runs."""
+        if self.compaction_status == CompactionStatus.RUNNING:
+            raise CompactionInProgressError(f"Compaction already in progress on {self.name}")
+        self.compaction_status = CompactionStatus.RUNNING
+        self.compaction_error = ""
+        self.bytes_since_compaction = 0
+        work = compact(self.log, retain_null_key=retain_null_key, max_message_size=max_message_size)
+        return asyncio.get_running_loop().create_task(self._finish_compaction(work))
+
+    async def _finish_compaction(self, work: Any) -> None:
+        try:
+            view = await work
+            save_view(topic_dir(self.data_dir, self.name) if self.data_dir else None, view)
+        except Exception as exc:  # a failed compaction is its status, never the broker's failure
+            self.compaction_status = CompactionStatus.ERROR
+            self.compaction_error = str(exc)
+            log.error("compaction of %s failed: %s", self.name, exc)
+            return
+        self.compacted = view
+        for sub in self.subscriptions.values():
+            if sub.read_compacted:
+                sub.view = view
+        self.compaction_status = CompactionStatus.SUCCESS
 
     # -- persistence of cursors and termination ------------------------------
     def _state_path(self) -> Path | None:

@@ -22,7 +22,7 @@ from pulsarwire.codec import new_command
 from pulsarwire.proto import pb
 from tests.helpers.hostile import assert_bystander_served, broker_url, connect, ping, producer, send_frame
 from tests.helpers.raw import RawConnection
-from tests.pulsarwire.broker.support import QUIET, assert_silent, new_topic, receive_n
+from tests.pulsarwire.broker.support import QUIET, SILENCE_MS, assert_silent, new_topic, receive_n
 
 Mode = pulsar.ProducerAccessMode
 T = pb.BaseCommand
@@ -316,3 +316,96 @@ def test_basic_auth_file_lines_pulsar_cannot_check_are_refused_at_start(
 )
 def test_apr1_matches_openssl(password: bytes, salt: str, expected: str) -> None:
     assert apr1_crypt(password, salt) == expected
+
+
+# -- topic compaction ------------------------------------------------------------------------------------
+
+
+def _wait_compacted(b: Broker, topic: str) -> dict[str, str]:
+    deadline = time.monotonic() + 30
+    while (status := b.compaction_status(topic))["status"] == "RUNNING":
+        assert time.monotonic() < deadline, "compaction still running after 30 s"
+        time.sleep(0.05)
+    return status
+
+
+def _send_keyed(producer: pulsar.Producer, items: list[tuple[str | None, bytes]]) -> None:
+    for key, value in items:
+        if key is None:
+            producer.send_async(value, None)
+        else:
+            producer.send_async(value, None, partition_key=key)
+    producer.flush()
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["single", "batched"])
+def test_read_compacted_sees_the_latest_value_per_key(
+    client: pulsar.Client, shared_broker: Broker, topic: str, batched: bool
+) -> None:
+    producer = client.create_producer(topic, batching_enabled=batched, batching_max_publish_delay_ms=50)
+    _send_keyed(
+        producer,
+        [("a", b"a1"), ("b", b"b1"), (None, b"no key"), ("a", b"a2"), ("c", b"c1"), ("b", b""), ("a", b"a3")],
+    )
+    assert shared_broker.compaction_status(topic) == {"status": "NOT_RUN", "lastError": ""}
+    shared_broker.compact(topic)
+    assert _wait_compacted(shared_broker, topic) == {"status": "SUCCESS", "lastError": ""}
+    _send_keyed(producer, [("c", b"c2")])  # after the horizon: read as it is
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    got = [(m.partition_key(), m.data()) for m in (reader.read_next(5000) for _ in range(3))]
+    # b's tombstone removed b, the keyless message is dropped (Pulsar since 3.2), the latest a and c
+    assert got == [("c", b"c1"), ("a", b"a3"), ("c", b"c2")]
+    assert_silent(reader)
+    consumer = client.subscribe(
+        topic,
+        "compacted",
+        consumer_type=pulsar.ConsumerType.Exclusive,
+        is_read_compacted=True,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    assert [m.data() for m in receive_n(consumer, 3)] == [b"c1", b"a3", b"c2"]
+    full = client.create_reader(topic, pulsar.MessageId.earliest)  # not compacted: everything
+    assert len([full.read_next(5000) for _ in range(8)]) == 8
+
+
+def test_read_compacted_is_refused_on_shared_subscriptions(client: pulsar.Client, topic: str) -> None:
+    with pytest.raises(pulsar.PulsarException):
+        client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, is_read_compacted=True)
+
+
+def test_compaction_of_a_missing_topic_and_twice_at_once(
+    client: pulsar.Client, shared_broker: Broker, topic: str
+) -> None:
+    from pulsarwire.broker.compaction import CompactionInProgressError
+    from pulsarwire.broker.server import BrokerError
+
+    with pytest.raises(BrokerError, match="not found"):
+        shared_broker.compaction_status(new_topic())
+    client.create_producer(topic).send(b"v", partition_key="k")
+    with pytest.raises(CompactionInProgressError):  # both asked in one turn of the broker's loop
+        shared_broker.call(lambda: [shared_broker.compact(topic), shared_broker.compact(topic)])
+    assert _wait_compacted(shared_broker, topic)["status"] == "SUCCESS"
+
+
+def test_compaction_threshold_and_restart(
+    tmp_path: Path, start_broker: Callable[..., Broker], make_client: Callable[[Broker], pulsar.Client]
+) -> None:
+    b = start_broker(data_dir=tmp_path, compaction_threshold=2000)
+    topic = new_topic()
+    c = make_client(b)
+    producer = c.create_producer(topic, batching_enabled=False)
+    sent = [(f"k{i % 5}", f"v{i}".encode() * 20) for i in range(60)]
+    _send_keyed(producer, sent)
+    assert _wait_compacted(b, topic)["status"] == "SUCCESS"  # no one asked: the threshold did
+    c.close()
+    b.restart()
+    reader = make_client(b).create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    got = []
+    while True:
+        try:
+            got.append(reader.read_next(SILENCE_MS))
+        except pulsar.Timeout:
+            break
+    assert len(got) < len(sent)  # the compacted view survived the restart
+    # up to the horizon the latest value per key, after it everything: the last one wins either way
+    assert {m.partition_key(): m.data() for m in got} == dict(sent)
