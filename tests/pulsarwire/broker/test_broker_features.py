@@ -18,7 +18,7 @@ import pytest
 
 from pulsarwire.broker import Broker
 from pulsarwire.broker.htpasswd import apr1_crypt, system_crypt
-from pulsarwire.codec import new_command
+from pulsarwire.codec import encode_command, new_command
 from pulsarwire.proto import pb
 from tests.helpers.hostile import assert_bystander_served, broker_url, connect, ping, producer, send_frame
 from tests.helpers.raw import RawConnection
@@ -211,14 +211,7 @@ def test_hostile_bulk_of_far_future_messages(tmp_path: Path) -> None:
             )
             for seq in range(bulk)
         )
-        conn.sock.sendall(frames)
-        deadline = time.monotonic() + 30
-        while not any(
-            f.type == T.SEND_RECEIPT and f.command.send_receipt.sequence_id == bulk - 1 for f in conn.frames
-        ):
-            assert time.monotonic() < deadline and not conn.closed, "the bulk was not stored"
-            conn.frames.clear()
-            conn._read(1.0)
+        _store_raw(conn, frames, bulk - 1)
         client.create_producer(topic).send(b"due now")  # stored after the whole bulk
         assert_bystander_served(url)
         assert receive_n(consumer, 1, timeout_ms=10_000)[0].data() == b"due now"
@@ -409,3 +402,102 @@ def test_compaction_threshold_and_restart(
     assert len(got) < len(sent)  # the compacted view survived the restart
     # up to the horizon the latest value per key, after it everything: the last one wins either way
     assert {m.partition_key(): m.data() for m in got} == dict(sent)
+
+
+def _store_raw(conn: RawConnection, frames: bytes, last_sequence_id: int) -> None:
+    """Send SEND frames in one write and wait for the receipt of ``last_sequence_id``."""
+    conn.sock.sendall(frames)
+    deadline = time.monotonic() + 60
+    while not any(
+        f.type == T.SEND_RECEIPT and f.command.send_receipt.sequence_id == last_sequence_id
+        for f in conn.frames
+    ):
+        assert time.monotonic() < deadline and not conn.closed, "the messages were not stored"
+        conn.frames.clear()
+        conn._read(1.0)
+
+
+def test_hostile_compaction_of_a_large_topic_runs_in_slices(tmp_path: Path) -> None:
+    """30,000 keyed messages with a small threshold: compactions walk the topic again and again while
+    a bystander is served; the compacted view holds the latest value of each of the 1,000 keys."""
+    bulk, keys = 30_000, 1000
+    with broker_url("--data-dir", str(tmp_path), "--compaction-threshold", "200000") as url:
+        topic = new_topic()
+        conn = connect(url)
+        assert producer(conn, topic, name="bulk").type == T.PRODUCER_SUCCESS
+        md = [
+            pb.MessageMetadata(
+                producer_name="bulk", sequence_id=s, publish_time=1, partition_key=f"k{s % keys}"
+            )
+            for s in range(bulk)
+        ]
+        conn.sock.sendall(b"".join(send_frame(1, s, md[s], f"v{s}".encode()) for s in range(bulk // 2)))
+        assert_bystander_served(url)
+        _store_raw(
+            conn,
+            b"".join(send_frame(1, s, md[s], f"v{s}".encode()) for s in range(bulk // 2, bulk)),
+            bulk - 1,
+        )
+        assert_bystander_served(url)
+        ping(conn)
+        client = pulsar.Client(url, operation_timeout_seconds=10, logger=pulsar.ConsoleLogger(QUIET))
+        try:
+            reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+            latest: dict[str, bytes] = {}
+            count = 0
+            while True:
+                try:
+                    m = reader.read_next(1000)
+                except pulsar.Timeout:
+                    break
+                latest[m.partition_key()] = m.data()
+                count += 1
+            assert latest == {f"k{k}": f"v{bulk - keys + k}".encode() for k in range(keys)}
+            assert count < bulk
+        finally:
+            client.close()
+
+
+def test_hostile_queue_of_waiting_exclusive_producers(tmp_path: Path) -> None:
+    """5,000 WaitForExclusive producers queued behind an exclusive one: each is answered "not ready",
+    the bystander is served, closing them costs no scan of the queue, and the next one in line gets
+    the topic (a second PRODUCER_SUCCESS, ready, with the next topic epoch) when the holder leaves."""
+    waiting = 5000
+    with broker_url() as url:
+        topic = new_topic()
+        conn = connect(url)
+
+        def producer_cmd(pid: int, mode: int) -> bytes:
+            cmd, req = new_command(T.PRODUCER)
+            req.topic, req.producer_id, req.request_id, req.producer_access_mode = topic, pid, pid, mode
+            return encode_command(cmd)
+
+        conn.sock.sendall(producer_cmd(1, pb.Exclusive))
+        holder = conn.expect(T.PRODUCER_SUCCESS).command.producer_success
+        assert holder.producer_ready and holder.topic_epoch == 0
+        conn.sock.sendall(b"".join(producer_cmd(pid, pb.WaitForExclusive) for pid in range(2, waiting + 2)))
+        answered = 0
+        deadline = time.monotonic() + 60
+        while answered < waiting:
+            assert time.monotonic() < deadline and not conn.closed
+            conn._read(1.0)
+            for f in conn.frames:
+                assert f.type == T.PRODUCER_SUCCESS and not f.command.producer_success.producer_ready
+                answered += 1
+            conn.frames.clear()
+        assert_bystander_served(url)
+        # close all but the last waiter (each CLOSE_PRODUCER answered), then the holder
+        closes = []
+        for pid in range(2, waiting + 1):
+            cmd, req = new_command(T.CLOSE_PRODUCER)
+            req.producer_id, req.request_id = pid, 100_000 + pid
+            closes.append(encode_command(cmd))
+        conn.sock.sendall(b"".join(closes))
+        assert_bystander_served(url)
+        cmd, req = new_command(T.CLOSE_PRODUCER)
+        req.producer_id, req.request_id = 1, 1_000_000
+        conn.send(cmd)
+        promoted = conn.expect(T.PRODUCER_SUCCESS, timeout=30).command.producer_success
+        assert promoted.request_id == waiting + 1 and promoted.producer_ready and promoted.topic_epoch == 1
+        ping(conn)
+        assert_bystander_served(url)
