@@ -296,6 +296,9 @@ class Broker:
         self.cluster: Any = None
         self.faults = Faults()
         self.watchers = TopicWatchers()
+        #: background work on the loop (compactions, liveness checks): held here, as asyncio keeps
+        #: only weak references to tasks, and cancelled at stop
+        self._tasks: set[asyncio.Task[Any]] = set()
         # counters visible to tests and --stats
         self.connections_accepted = 0
         self.lookups_redirected = 0
@@ -380,6 +383,10 @@ class Broker:
             if server is not None:
                 await server.wait_closed()
         self._server = self._tls_server = None
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.flush_state()
         for topic in self.topics.values():
             topic.log.close()
@@ -557,11 +564,18 @@ class Broker:
             raise BrokerError(E.TopicNotFound, f"Topic {name} not found")
         return t
 
-    def _start_compaction(self, topic: Topic) -> asyncio.Task[None]:
-        return topic.start_compaction(
-            retain_null_key=self.config.compaction_retain_null_key,
-            max_message_size=self.config.max_message_size,
+    def _start_compaction(self, topic: Topic) -> None:
+        self.keep_task(
+            topic.start_compaction(
+                retain_null_key=self.config.compaction_retain_null_key,
+                max_message_size=self.config.max_message_size,
+            )
         )
+
+    def keep_task(self, task: asyncio.Task[Any]) -> None:
+        """Hold ``task`` until it is done (cancelled at stop)."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def compact_over_threshold(self, topic: Topic) -> None:
         """Start a compaction of ``topic`` when the bytes stored since the last one pass the threshold."""
@@ -1557,7 +1571,8 @@ class ServerConnection(asyncio.Protocol):
                 if holder is not self and not holder_checked:
                     # As Pulsar: the consumer may belong to a client that is already gone (its
                     # close not yet seen here); ask its connection before answering ConsumerBusy.
-                    asyncio.get_running_loop().create_task(self._subscribe_after_liveness(cmd, holder))
+                    task = asyncio.get_running_loop().create_task(self._subscribe_after_liveness(cmd, holder))
+                    self.broker.keep_task(task)
                     return
                 raise BrokerError(E.ConsumerBusy, "Exclusive consumer is already connected")
         else:

@@ -20,7 +20,15 @@ from pulsarwire.broker import Broker
 from pulsarwire.broker.htpasswd import apr1_crypt, system_crypt
 from pulsarwire.codec import encode_command, new_command
 from pulsarwire.proto import pb
-from tests.helpers.hostile import assert_bystander_served, broker_url, connect, ping, producer, send_frame
+from tests.helpers.hostile import (
+    assert_bystander_served,
+    broker_url,
+    connect,
+    expect_either,
+    ping,
+    producer,
+    send_frame,
+)
 from tests.helpers.raw import RawConnection
 from tests.pulsarwire.broker.support import QUIET, SILENCE_MS, assert_silent, new_topic, receive_n
 
@@ -501,3 +509,25 @@ def test_hostile_queue_of_waiting_exclusive_producers(tmp_path: Path) -> None:
         assert promoted.request_id == waiting + 1 and promoted.producer_ready and promoted.topic_epoch == 1
         ping(conn)
         assert_bystander_served(url)
+
+
+def test_compaction_that_cannot_read_an_entry_reports_error(shared_broker: Broker, topic: str) -> None:
+    """An entry whose payload does not decompress: the status is ERROR naming it, as Pulsar's
+    lastError; the broker and the topic go on."""
+    conn = connect(shared_broker.service_url)
+    assert producer(conn, topic, name="p").type == T.PRODUCER_SUCCESS
+    md = pb.MessageMetadata(
+        producer_name="p",
+        sequence_id=0,
+        publish_time=1,
+        partition_key="k",
+        compression=pb.ZLIB,
+        uncompressed_size=10,
+    )
+    conn.sock.sendall(send_frame(1, 0, md, b"not zlib at all"))
+    receipt = expect_either(conn, T.SEND_RECEIPT, T.SEND_ERROR)
+    assert receipt.type == T.SEND_RECEIPT
+    shared_broker.compact(topic)
+    status = _wait_compacted(shared_broker, topic)
+    assert status["status"] == "ERROR" and "entry" in status["lastError"]
+    ping(conn)
