@@ -29,6 +29,7 @@ from pulsarwire.errors import InvalidTopicName
 
 from .auth import Authentication, Authenticator, Provider, TlsAuth, TokenAuth, TokenKeyError, read_key
 from .authz import Grant, Grants, GrantSyntaxError
+from .htpasswd import BasicAuth, PasswordFileError
 from .naming import TopicName
 from .policies import (
     DEFAULT_NAMESPACE,
@@ -169,6 +170,20 @@ def build_parser() -> argparse.ArgumentParser:
         " (Pulsar's brokerDeduplicationEnabled)",
     )
     p.add_argument(
+        "--compaction-threshold",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="compact a topic once this many bytes were stored since its last compaction"
+        " (Pulsar's compactionThreshold; default 0 = only when asked)",
+    )
+    p.add_argument(
+        "--compaction-retain-null-key",
+        action="store_true",
+        help="compaction keeps messages without a key (Pulsar's topicCompactionRetainNullKey;"
+        " by default they are dropped, as Pulsar since 3.2)",
+    )
+    p.add_argument(
         "--namespace",
         type=_namespace,
         action="append",
@@ -302,6 +317,15 @@ def build_parser() -> argparse.ArgumentParser:
         " AuthenticationProviderTls); needs --tls-port and --tls-trust-certs; combines with a token flag",
     )
     p.add_argument(
+        "--auth-basic-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="authenticate 'basic' clients (user:password) against an htpasswd-style file of"
+        " user:hash lines, $apr1$ or crypt(3) as Pulsar's AuthenticationProviderBasic; the role is"
+        " the user; combines with token and TLS authentication",
+    )
+    p.add_argument(
         "--anonymous-role",
         default=None,
         metavar="ROLE",
@@ -398,11 +422,16 @@ def _authentication(p: argparse.ArgumentParser, args: argparse.Namespace) -> Aut
         )
     if args.tls_trust_certs is not None and args.tls_port is None:
         p.error("--tls-trust-certs is for the TLS listener: give --tls-port too")
-    if not args.auth_tls and args.anonymous_role is None:
+    if not args.auth_tls and args.anonymous_role is None and args.auth_basic_file is None:
         return token
     providers: list[Provider] = [token] if token is not None else []
     if args.auth_tls:
         providers.append(TlsAuth())
+    if args.auth_basic_file is not None:
+        try:
+            providers.append(BasicAuth.from_file(args.auth_basic_file))
+        except PasswordFileError as exc:
+            p.error(f"--auth-basic-file: {exc}")
     return Authentication(*providers, anonymous_role=args.anonymous_role)
 
 
@@ -451,6 +480,8 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         p.error("--connect-timeout must be positive")
     if args.max_connections < 0:
         p.error("--max-connections must be 0 (no limit) or positive")
+    if args.compaction_threshold < 0:
+        p.error("--compaction-threshold must be 0 (only when asked) or positive")
     cfg = BrokerConfig(
         host=args.host,
         advertised_address=args.advertised_address,
@@ -479,6 +510,8 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         grants=Grants(tuple(args.grant), frozenset(args.superuser)),
         connect_timeout=args.connect_timeout,
         max_connections=args.max_connections,
+        compaction_threshold=args.compaction_threshold,
+        compaction_retain_null_key=args.compaction_retain_null_key,
     )
     return args, cfg
 

@@ -8,6 +8,8 @@ credential to the provider of that method, as Pulsar's ``AuthenticationService``
 * ``tls`` -- :class:`TlsAuth` (``AuthenticationProviderTls``): the role is the common name (CN)
   of the certificate the client presented in the TLS handshake (the last CN of the subject, the
   first in its RFC 2253 form, as Java reads it); a client without one is refused;
+* ``basic`` -- :class:`~pulsarwire.broker.htpasswd.BasicAuth` (``AuthenticationProviderBasic``):
+  ``user:password`` checked against an htpasswd-style file, the role is the user;
 * any other method, or none: the anonymous role when one is configured (Pulsar's
   ``anonymousUserRole``), else AuthenticationError. A credential for a configured method that
   does not verify is refused, never taken for anonymous.
@@ -302,7 +304,7 @@ class TlsAuth:
 
 
 class Provider(Protocol):
-    """One authentication method (token, tls)."""
+    """One authentication method (token, tls, basic)."""
 
     method: str
 

@@ -56,6 +56,7 @@ from pulsarwire.proto import PROTOCOL_VERSION, pb
 
 from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Authenticator, Identity, PeerCertificate
 from .authz import CONSUME, LOOKUP, PRODUCE, Action, Grants
+from .compaction import CompactionStatus
 from .faults import Faults, corrupt
 from .naming import TopicName
 from .policies import (
@@ -106,6 +107,8 @@ SERVER_VERSION = f"pulsarwire-broker/{__version__}"
 WRITE_BUFFER_HIGH = 1024 * 1024
 T = pb.BaseCommand
 E = pb.ServerError
+#: seconds a connection has to answer a liveness PING (Pulsar's connectionLivenessCheckTimeoutMillis)
+LIVENESS_TIMEOUT = 5.0
 SubType = pb.CommandSubscribe.SubType
 Mode = pb.CommandGetTopicsOfNamespace.Mode
 #: Topic domains GET_TOPICS_OF_NAMESPACE lists for each mode.
@@ -199,6 +202,11 @@ class BrokerConfig:
     max_schema_size: int = MAX_SCHEMA_SIZE
     #: the web service (admin REST API, HTTP lookup, /metrics; 0 = any free port); None = off
     http_port: int | None = None
+    #: compact a topic once this many bytes were stored since its last compaction (0: never;
+    #: Pulsar's compactionThreshold / brokerServiceCompactionThresholdInBytes)
+    compaction_threshold: int = 0
+    #: compaction keeps messages without a key (Pulsar's topicCompactionRetainNullKey, default false)
+    compaction_retain_null_key: bool = False
 
 
 class BrokerStartError(PulsarWireError):
@@ -301,6 +309,9 @@ class Broker:
         self.cluster: Any = None
         self.faults = Faults()
         self.watchers = TopicWatchers()
+        #: background work on the loop (compactions, liveness checks): held here, as asyncio keeps
+        #: only weak references to tasks, and cancelled at stop
+        self._tasks: set[asyncio.Task[Any]] = set()
         # counters visible to tests and --stats
         self.connections_accepted = 0
         self.lookups_redirected = 0
@@ -408,6 +419,10 @@ class Broker:
             if server is not None:
                 await server.wait_closed()
         self._server = self._tls_server = None
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.flush_state()
         for topic in self.topics.values():
             topic.log.close()
@@ -589,6 +604,59 @@ class Broker:
             t.log.trim_head(entries)
 
         self.call(do)
+
+    # -- compaction (thread-safe) --------------------------------------------------------
+    def compact(self, topic: str) -> None:
+        """Start compacting ``topic`` (Pulsar's PUT .../compaction); returns at once, the status tells
+        when it is done. Raises BrokerError (TopicNotFound: no such topic; NotAllowedError: a
+        partitioned topic, compact its partitions) and CompactionInProgressError while one runs."""
+
+        def do() -> None:
+            self._start_compaction(self._existing_topic(topic))
+
+        self.call(do)
+
+    def compaction_status(self, topic: str) -> dict[str, str]:
+        """Pulsar's GET .../compaction: ``{"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}``;
+        raises BrokerError as :meth:`compact`."""
+
+        def do() -> dict[str, str]:
+            t = self._existing_topic(topic)
+            return {"status": t.compaction_status.value, "lastError": t.compaction_error}
+
+        return cast(dict[str, str], self.call(do))
+
+    def _existing_topic(self, topic: str) -> Topic:
+        name = str(TopicName.parse(topic))
+        if name in self.partitioned:
+            raise BrokerError(E.NotAllowedError, f"{name} is a partitioned topic: use its partitions")
+        t = self.get_topic(name, create=self.topic_exists(name))
+        if t is None:
+            raise BrokerError(E.TopicNotFound, f"Topic {name} not found")
+        return t
+
+    def _start_compaction(self, topic: Topic) -> None:
+        self.keep_task(
+            topic.start_compaction(
+                retain_null_key=self.config.compaction_retain_null_key,
+                max_message_size=self.config.max_message_size,
+            )
+        )
+
+    def keep_task(self, task: asyncio.Task[Any]) -> None:
+        """Hold ``task`` until it is done (cancelled at stop)."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def compact_over_threshold(self, topic: Topic) -> None:
+        """Start a compaction of ``topic`` when the bytes stored since the last one pass the threshold."""
+        threshold = self.config.compaction_threshold
+        if (
+            threshold > 0
+            and topic.bytes_since_compaction > threshold
+            and topic.compaction_status != CompactionStatus.RUNNING
+        ):
+            self._start_compaction(topic)
 
     # -- fault injection (thread-safe) -----------------------------------------------
     def inject(self, **faults: Any) -> None:
@@ -848,6 +916,8 @@ class ServerConnection(asyncio.Protocol):
         self._held_receipts: deque[tuple[float, pb.CommandSend, int, int]] = deque()
         #: False while the transport's write buffer is over its high-water mark (Sender.writable)
         self.writable = True
+        #: a liveness check in progress (PING sent, PONG awaited): every asker shares it
+        self._liveness: asyncio.Future[bool] | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -903,6 +973,38 @@ class ServerConnection(asyncio.Protocol):
         for timer in (self._keepalive, self._auth_timer, self._auth_deadline, self._connect_deadline):
             if timer is not None:
                 timer.cancel()
+        self._drop_everything()
+        self._settle_liveness(False)
+
+    def _settle_liveness(self, alive: bool) -> None:
+        if self._liveness is not None and not self._liveness.done():
+            self._liveness.set_result(alive)
+        self._liveness = None
+
+    async def check_liveness(self) -> bool:
+        """Whether the client on this connection still answers (Pulsar's checkConnectionLiveness).
+
+        A PING is sent and a PONG awaited for LIVENESS_TIMEOUT seconds; a connection that does not
+        answer in time is closed and its producers and consumers are dropped at once.
+        """
+        if self.transport is None or self.transport.is_closing():
+            self._drop_everything()
+            return False
+        if self._liveness is None:
+            self._liveness = asyncio.get_running_loop().create_future()
+            self.send(new_command(T.PING)[0])
+        try:
+            alive = await asyncio.wait_for(asyncio.shield(self._liveness), LIVENESS_TIMEOUT)
+        except TimeoutError:
+            alive = False
+        if not alive:
+            log.info("closing %s: no answer to a liveness check", self.peer)
+            self.close()
+            self._drop_everything()
+        return alive
+
+    def _drop_everything(self) -> None:
+        """Forget this connection's producers and consumers now (it is closed or closing)."""
         for p in list(self.producers.values()):
             self._remove_producer(p)
         for cid in list(self.consumers):
@@ -1198,7 +1300,7 @@ class ServerConnection(asyncio.Protocol):
         self.send(new_command(T.PONG)[0])
 
     def on_pong(self, cmd: pb.BaseCommand, _: Any) -> None:
-        pass  # last_seen is refreshed for every frame
+        self._settle_liveness(True)  # last_seen is refreshed for every frame
 
     def on_partitioned_metadata(self, cmd: pb.BaseCommand, _: Any) -> None:
         req = cmd.partitionMetadata
@@ -1266,29 +1368,59 @@ class ServerConnection(asyncio.Protocol):
         if name in topic.producers:
             raise BrokerError(E.ProducerBusy, f"producer with name '{name}' is already connected to topic")
         version = self._register_schema(topic, req.schema) if req.HasField("schema") else None
-        ref = ProducerRef(req.producer_id, name, topic, self)
-        topic.producers[name] = ref
+        ref = ProducerRef(
+            req.producer_id,
+            name,
+            topic,
+            self,
+            access_mode=req.producer_access_mode,
+            epoch=req.topic_epoch if req.HasField("topic_epoch") else None,
+            request_id=req.request_id,
+            schema_version=version,
+        )
+        refusal = topic.add_producer(ref)
+        if refusal is not None:
+            raise BrokerError(*refusal)
         self.producers[req.producer_id] = ref
-        self._producer_success(req.request_id, ref, version)
+        self._producer_success(req.request_id, ref)
 
-    def _producer_success(self, request_id: int, ref: ProducerRef, schema_version: int | None = None) -> None:
+    def _producer_success(self, request_id: int, ref: ProducerRef) -> None:
+        """PRODUCER_SUCCESS for ``ref``: with ``producer_ready`` false while it waits for exclusive
+        access (as Pulsar, which answers again, ready, when the producer gets the topic)."""
         resp, sub = new_command(T.PRODUCER_SUCCESS)
         sub.request_id = request_id
         sub.producer_name = ref.name
         dedup = self.broker.deduplication_enabled(ref.topic.name)
-        sub.last_sequence_id = ref.topic.last_sequence.get(ref.name, -1) if dedup else -1
+        ready = ref.ready
+        sub.last_sequence_id = ref.topic.last_sequence.get(ref.name, -1) if dedup and ready else -1
+        schema_version = ref.schema_version
         if schema_version is None:  # no schema of its own: the topic's latest, if any
             latest = self.broker.schemas.latest(ref.topic.name)
             schema_version = latest.version if latest is not None else None
         if schema_version is not None:
             sub.schema_version = schema_version.to_bytes(8, "big")
+        if ready and ref.topic.topic_epoch is not None:
+            sub.topic_epoch = ref.topic.topic_epoch
+        sub.producer_ready = ready
         self.send(resp)
+
+    def producer_promoted(self, ref: ProducerRef) -> None:
+        """A queued WaitForExclusive producer got the topic: answer its PRODUCER again, ready."""
+        self._producer_success(ref.request_id, ref)
+
+    def refuse_waiting_producer(self, ref: ProducerRef, code: int, message: str) -> None:
+        """A queued producer will never get the topic (fenced): fail its PRODUCER request."""
+        if self.producers.get(ref.producer_id) is ref:
+            del self.producers[ref.producer_id]
+        self._error(ref.request_id, code, message)
 
     def on_send(self, cmd: pb.BaseCommand, payload: Any) -> None:
         req = cmd.send
         ref = self.producers.get(req.producer_id)
         if ref is None:
             raise BrokerError(E.UnknownError, f"no producer {req.producer_id}")
+        if not ref.ready:
+            raise BrokerError(E.ProducerBusy, f"producer {ref.name} is waiting for exclusive access")
         topic = ref.topic
         if topic.terminated:
             raise BrokerError(E.TopicTerminatedError, f"topic {topic.name} is terminated")
@@ -1339,6 +1471,7 @@ class ServerConnection(asyncio.Protocol):
             return
         self._receipt(req, entry.ledger_id, entry.entry_id)
         topic.dispatch_all()
+        self.broker.compact_over_threshold(topic)
 
     def _check_send(self, ref: ProducerRef, req: pb.CommandSend, payload: Payload) -> None:
         """Refuse a SEND an honest producer never makes (raises BrokerError NotAllowedError: the
@@ -1423,8 +1556,7 @@ class ServerConnection(asyncio.Protocol):
 
     def _remove_producer(self, ref: ProducerRef) -> None:
         self.producers.pop(ref.producer_id, None)
-        if ref.topic.producers.get(ref.name) is ref:
-            del ref.topic.producers[ref.name]
+        ref.topic.remove_producer(ref)
 
     def close_producer(self, ref: ProducerRef) -> None:
         """Broker-initiated CLOSE_PRODUCER (the client is expected to look up and reconnect)."""
@@ -1498,7 +1630,7 @@ class ServerConnection(asyncio.Protocol):
         self.send(resp)
 
     # -- consumers -------------------------------------------------------------------
-    def on_subscribe(self, cmd: pb.BaseCommand, _: Any) -> None:
+    def on_subscribe(self, cmd: pb.BaseCommand, _: Any, *, holder_checked: bool = False) -> None:
         req = cmd.subscribe
         if req.consumer_id in self.consumers:
             self._success(req.request_id)
@@ -1509,6 +1641,9 @@ class ServerConnection(asyncio.Protocol):
         if not req.force_topic_creation and not self.broker.topic_exists(name):
             raise BrokerError(E.TopicNotFound, f"topic {name} does not exist")
         topic = self._topic_for_use(req.topic, CONSUME)
+        if req.read_compacted and req.subType not in (SubType.Exclusive, SubType.Failover):
+            only = "readCompacted only allowed on failover or exclusive subscriptions"
+            raise BrokerError(E.NotAllowedError, only)
         if req.HasField("schema"):
             self._check_consumer_schema(topic, req.schema)
         sub = topic.subscriptions.get(req.subscription)
@@ -1518,7 +1653,14 @@ class ServerConnection(asyncio.Protocol):
             if sub.sub_type != req.subType:
                 raise BrokerError(E.ConsumerBusy, "subscription is of a different type")
             if sub.sub_type == SubType.Exclusive:
-                raise BrokerError(E.ConsumerBusy, "exclusive consumer is already connected")
+                holder = cast(ServerConnection, sub.consumers[0].sender)
+                if holder is not self and not holder_checked:
+                    # As Pulsar: the consumer may belong to a client that is already gone (its
+                    # close not yet seen here); ask its connection before answering ConsumerBusy.
+                    task = asyncio.get_running_loop().create_task(self._subscribe_after_liveness(cmd, holder))
+                    self.broker.keep_task(task)
+                    return
+                raise BrokerError(E.ConsumerBusy, "Exclusive consumer is already connected")
         else:
             sub.sub_type = req.subType
         consumer = ConsumerRef(
@@ -1548,8 +1690,22 @@ class ServerConnection(asyncio.Protocol):
             raise BrokerError(E.ConsumerAssignError, refusal)
         self.consumers[req.consumer_id] = (consumer, topic, sub)
         self._success(req.request_id)
+        if not sub.consumers:  # the cursor reads compacted as its consumers ask
+            sub.read_compacted = req.read_compacted and topic.persistent
+            sub.view = topic.compacted if sub.read_compacted else None
         sub.add_consumer(consumer)
         self.broker._check_end_of_topic(topic, sub)
+
+    async def _subscribe_after_liveness(self, cmd: pb.BaseCommand, holder: ServerConnection) -> None:
+        await holder.check_liveness()
+        if self.transport is None:
+            return
+        try:
+            self.on_subscribe(cmd, None, holder_checked=True)
+        except BrokerError as exc:
+            self._fail_request(cmd, exc.code, str(exc))
+        except Exception as exc:
+            self._fail_unexpectedly(cmd, exc)
 
     def _new_subscription(self, topic: Topic, req: pb.CommandSubscribe) -> Subscription:
         log_ = topic.log
@@ -1675,6 +1831,7 @@ class ServerConnection(asyncio.Protocol):
         sub.remove_consumer(consumer)
         if not sub.durable and not sub.consumers:
             topic.subscriptions.pop(sub.name, None)
+            sub.close()
 
     def close_consumer(self, consumer_id: int) -> None:
         """Broker-initiated CLOSE_CONSUMER: the client resubscribes."""

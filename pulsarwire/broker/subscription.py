@@ -30,6 +30,21 @@ not stored change nothing, and a cumulative ack past the last entry is refused
 (Pulsar's "Invalid mark deleted position") -- it would silently skip messages
 not yet written.
 
+Delayed delivery (Shared and Key_Shared only, as Pulsar; other types deliver at once). An entry
+whose metadata has ``deliver_at_time`` in the future is set aside when dispatch first reads it: its
+position goes into the subscription's delayed index (a heap of single ints packing deliver_at,
+ledger id and entry id: about 60 bytes a message, see :func:`_pack_delayed`) and one
+timer on the event loop waits for the earliest of them; when it fires, the due positions join the
+replay heap. Nothing else is kept per delayed message, and a restart rebuilds the index from the
+entries themselves (the cursor is read again from its mark-delete position). A scan sets aside at
+most MAX_DELAYED_PER_SCAN entries before it lets the loop run, so a bulk of delayed messages
+cannot freeze the broker.
+
+Compacted reads (``read_compacted``, Exclusive and Failover only, as Pulsar): while the cursor is
+before the compacted view's horizon, dispatch jumps from one retained entry to the next and sends a
+partly retained batch with an ``ack_set`` that hides the messages compaction removed
+(compaction.py); after the horizon the topic is read as it is.
+
 Durable cursors are written to ``cursors.json`` of the topic (debounced by the
 broker); a lost update redelivers, it never skips — as Pulsar's own
 rate-limited mark-delete persistence.
@@ -37,16 +52,19 @@ rate-limited mark-delete persistence.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import heapq
 import itertools
 import struct
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pulsarwire.proto import pb
 
+from .compaction import CompactedView
 from .storage import Entry, TopicLog
 
 Position = tuple[int, int]
@@ -55,6 +73,22 @@ KEY_HASH_RANGE = 65536
 #: Key_Shared STICKY: most hash ranges one consumer may ask for (Pulsar has no cap; 65536 slots)
 MAX_HASH_RANGES_PER_CONSUMER = 1024
 SubType = pb.CommandSubscribe.SubType
+#: subscription types that honour deliver_at_time (Pulsar: the multiple-consumer dispatchers)
+DELAYING_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
+_U64 = (1 << 64) - 1
+
+
+def _pack_delayed(at: int, pos: Position) -> int:
+    """One int that orders as (deliver_at, position): a heap of ints costs a third of a heap of tuples."""
+    return (at << 128) | ((pos[0] & _U64) << 64) | (pos[1] & _U64)
+
+
+def _unpack_delayed(key: int) -> tuple[int, Position]:
+    return key >> 128, ((key >> 64) & _U64, key & _U64)
+
+
+#: delayed entries one dispatch call sets aside before it yields to the event loop
+MAX_DELAYED_PER_SCAN = 1000
 HashRange = tuple[int, int]
 
 
@@ -139,6 +173,7 @@ class Subscription:
         start: Position,
         partition_index: int = -1,
         on_change: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
         self.log = log
@@ -163,6 +198,16 @@ class Subscription:
         self._sticky_starts: list[int] = []
         self._on_change = on_change or (lambda: None)
         self.msg_out = 0
+        #: delayed delivery: heap of _pack_delayed(deliver_at ms, position), the timer for its head,
+        #: a scan to resume
+        self.delayed: list[int] = []
+        self._clock = clock
+        self._delay_timer: asyncio.TimerHandle | None = None
+        self._delay_timer_at = 0
+        self._scan_resumes = False
+        #: compacted reads: the topic's compacted view (None: not compacted, or not read_compacted)
+        self.read_compacted = False
+        self.view: CompactedView | None = None
 
     # -- state for persistence -----------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -384,6 +429,7 @@ class Subscription:
         self._replay_set.clear()
         self.redeliveries.clear()
         self._recently_joined.clear()
+        self.delayed.clear()
         for consumer in self.consumers:
             consumer.pending.clear()
         self.pending.clear()
@@ -446,14 +492,105 @@ class Subscription:
                 self._replay_set.discard(pos)
                 continue
             return entry, True
+        self._skip_compacted_out()
         idx = self.log.index_after(self.read_pos)
+        delaying = self.sub_type in DELAYING_TYPES
+        set_aside = 0
         while idx < len(self.log):
             entry = self.log.entry(idx)
+            if self._compacted_out(entry.position):
+                self.read_pos = entry.position
+                self._skip_compacted_out()
+                idx = self.log.index_after(self.read_pos)
+                continue
             if not self.is_acked(entry.position):
-                return entry, False
+                if not delaying or not self._set_aside(entry):
+                    return entry, False
+                set_aside += 1
+                if set_aside >= MAX_DELAYED_PER_SCAN:
+                    self.read_pos = entry.position
+                    self._resume_scan_soon()
+                    return None
             self.read_pos = entry.position
             idx += 1
         return None
+
+    # -- compacted reads ----------------------------------------------------------
+    def _skip_compacted_out(self) -> None:
+        """Before the view's horizon, move the read position to just before the next retained entry."""
+        view = self.view
+        if view is None or self.read_pos >= view.horizon:
+            return
+        nxt = view.next_after(self.read_pos)
+        if nxt is None or nxt > view.horizon:
+            self.read_pos = view.horizon
+            return
+        idx = self.log.index_at_or_after(nxt)
+        if idx > 0:
+            self.read_pos = max(self.read_pos, self.log.position(idx - 1))
+
+    def _compacted_out(self, pos: Position) -> bool:
+        view = self.view
+        return view is not None and pos <= view.horizon and pos not in view.masks
+
+    def _view_mask(self, pos: Position) -> int | None:
+        view = self.view
+        if view is None or pos > view.horizon:
+            return None
+        return view.masks.get(pos)
+
+    # -- delayed delivery ---------------------------------------------------------
+    def _set_aside(self, entry: Entry) -> bool:
+        """Put ``entry`` in the delayed index when its deliver_at_time is still to come."""
+        md = entry.metadata
+        if not md.HasField("deliver_at_time"):
+            return False
+        at = md.deliver_at_time
+        if at <= self._clock() * 1000:
+            return False
+        heapq.heappush(self.delayed, _pack_delayed(at, entry.position))
+        self._arm_delay_timer()
+        return True
+
+    def _arm_delay_timer(self) -> None:
+        if not self.delayed:
+            return
+        at = self.delayed[0] >> 128
+        if self._delay_timer is not None:
+            if self._delay_timer_at <= at:
+                return
+            self._delay_timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, at / 1000 - self._clock())
+        self._delay_timer = loop.call_later(delay, self._release_due)
+        self._delay_timer_at = at
+
+    def _release_due(self) -> None:
+        """The delay timer fired: due positions go to the replay heap, then dispatch."""
+        self._delay_timer = None
+        now = self._clock() * 1000
+        while self.delayed and self.delayed[0] >> 128 <= now:
+            _at, pos = _unpack_delayed(heapq.heappop(self.delayed))
+            self._to_replay(pos, count=False)
+        self._arm_delay_timer()
+        self.dispatch()
+
+    def _resume_scan_soon(self) -> None:
+        if self._scan_resumes:
+            return
+        self._scan_resumes = True
+
+        def resume() -> None:
+            self._scan_resumes = False
+            self.dispatch()
+
+        asyncio.get_running_loop().call_soon(resume)
+
+    def close(self) -> None:
+        """The subscription is gone: stop its delay timer."""
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
 
     def _prune_recently_joined(self) -> None:
         """A joined consumer is an ordinary one once everything read before it joined is acknowledged."""
@@ -491,6 +628,9 @@ class Subscription:
             else:
                 self.read_pos = pos
             mask = self.batch_acks.get(pos)
+            kept = self._view_mask(pos) if entry.is_batch else None
+            if kept is not None:
+                mask = kept if mask is None else mask & kept
             ack_set = None
             count = entry.num_messages
             if mask is not None and entry.is_batch:

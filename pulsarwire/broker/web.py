@@ -44,10 +44,11 @@ from pulsarwire.errors import AuthenticationError, InvalidTopicName, PulsarWireE
 from pulsarwire.proto import pb
 
 from .authz import CONSUME, LOOKUP, PRODUCE, Action
+from .compaction import CompactionInProgressError
 from .naming import TopicName
 from .policies import NamespaceNotFound, Policies, PolicySyntaxError, Retention
 from .schemas import Compatibility, IncompatibleSchemaError, InvalidSchemaError, type_name
-from .server import _listen, _url_host
+from .server import BrokerError, _listen, _url_host
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -747,19 +748,21 @@ class WebService:
     def on_trigger_compaction(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "compact topics")
         self._loaded(name)
-        compact = getattr(self.broker, "compact", None)
-        if compact is None:
-            raise HttpError(501, "compaction is not implemented by this broker")
-        compact(str(name))
+        try:
+            self.broker.compact(str(name))
+        except CompactionInProgressError as exc:
+            raise HttpError(409, str(exc)) from None
+        except BrokerError as exc:
+            raise HttpError(404 if exc.code == pb.TopicNotFound else 405, str(exc)) from None
         return Response(204)
 
     def on_compaction_status(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "compact topics")
         self._loaded(name)
-        status = getattr(self.broker, "compaction_status", None)
-        if status is None:
-            return Response(200, {"status": "NOT_RUN", "lastError": ""})
-        return Response(200, status(str(name)))
+        try:
+            return Response(200, self.broker.compaction_status(str(name)))
+        except BrokerError as exc:
+            raise HttpError(404 if exc.code == pb.TopicNotFound else 405, str(exc)) from None
 
     def on_get_topic_deduplication(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "administrate topic policies")
