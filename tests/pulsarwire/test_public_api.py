@@ -85,6 +85,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "Producer.__init__": {"args": WRAPPER, "kwargs": WRAPPER},
     "Consumer.__init__": {"args": WRAPPER, "kwargs": WRAPPER},
     "Reader.__init__": {"args": WRAPPER, "kwargs": WRAPPER},
+    "Message.__init__": {"args": WRAPPER, "kwargs": WRAPPER},
     "MessageId.deserialize": {
         "message_id_bytes": "the codec's name for it is data (positional in both)",
         "topic": "a MessageId does not carry its topic here",
@@ -145,6 +146,7 @@ EXTRA: dict[str, set[str]] = {
     "Producer.__init__": {"client", "core"},
     "Consumer.__init__": {"client", "core"},
     "Reader.__init__": {"client", "core"},
+    "Message.__init__": {"_data", "_id", "_topic", "_metadata", "_single", "_redelivery_count"},
     "Consumer.batch_receive": {"max_num_messages", "max_num_bytes", "timeout_ms"},
     "MessageId.__init__": {"batch_size", "first_chunk_message_id"},
     "MessageId.deserialize": {"data"},
@@ -188,6 +190,7 @@ MISSING_METHODS: dict[str, set[str]] = {
     "Consumer": {"pause_message_listener", "resume_message_listener"},
     # ledger_id, entry_id, partition and batch_index are attributes of our value type, not methods
     "MessageId": {"wrap", "ledger_id", "entry_id", "partition", "batch_index"},
+    "Message": {"encryption_context"},
     "ConsumerDeadLetterPolicy": {"policy"},
     "ConsumerKeySharedPolicy": {"policy"},
     "asyncio.Client": {"shutdown"},
@@ -199,6 +202,7 @@ PAIRS: dict[str, tuple[type, type]] = {
     "Consumer": (pulsarwire.Consumer, pulsar.Consumer),
     "Reader": (pulsarwire.Reader, pulsar.Reader),
     "MessageId": (pulsarwire.MessageId, pulsar.MessageId),
+    "Message": (pulsarwire.Message, pulsar.Message),
     "ConsumerDeadLetterPolicy": (pulsarwire.ConsumerDeadLetterPolicy, pulsar.ConsumerDeadLetterPolicy),
     "ConsumerKeySharedPolicy": (pulsarwire.ConsumerKeySharedPolicy, pulsar.ConsumerKeySharedPolicy),
     "asyncio.Client": (pulsarwire.asyncio.Client, pulsar.asyncio.Client),
@@ -265,6 +269,7 @@ def test_official_spellings_are_accepted() -> None:
 
 
 PUBLIC_CLASSES = [
+    pulsarwire.Message,
     pulsarwire.Client,
     pulsarwire.Producer,
     pulsarwire.Consumer,
