@@ -29,7 +29,11 @@ from pulsarwire.client.blocking import (
     CompressionType,
     ConsumerType,
     InitialPosition,
+    _client_options,
+    _producer_options,
+    _reader_options,
     _send_args,
+    _subscribe_options,
 )
 from pulsarwire.client.consumer import Consumer as _CoreConsumer
 from pulsarwire.client.consumer import DeadLetterPolicy, KeySharedPolicy
@@ -350,23 +354,7 @@ class Client(_AsyncCloseable):
         connection_timeout_seconds: float | None = None,
         retry_policy: RetryPolicy | None = None,
     ) -> None:
-        self._core = AsyncClient(
-            service_url,
-            authentication=authentication,
-            operation_timeout_seconds=float(operation_timeout_seconds),
-            connection_timeout_seconds=(
-                connection_timeout_ms / 1000
-                if connection_timeout_seconds is None
-                else connection_timeout_seconds
-            ),
-            keepalive_interval_seconds=keepalive_interval_seconds,
-            tls_trust_certs_file_path=tls_trust_certs_file_path,
-            tls_validate_hostname=tls_validate_hostname,
-            tls_allow_insecure_connection=tls_allow_insecure_connection,
-            tls_certificate_file_path=tls_certificate_file_path,
-            tls_private_key_file_path=tls_private_key_file_path,
-            retry_policy=retry_policy,
-        )
+        self._core = AsyncClient(service_url, **_client_options(locals()))
 
     @_doc(_blocking.Client.create_producer)
     async def create_producer(
@@ -389,26 +377,7 @@ class Client(_AsyncCloseable):
         message_router: Callable[[str | None, int], int] | None = None,
         hashing_scheme: HashingScheme = HashingScheme.JavaStringHash,
     ) -> Producer:
-        core = await self._core.create_producer(
-            topic,
-            producer_name=producer_name,
-            initial_sequence_id=initial_sequence_id,
-            send_timeout_millis=send_timeout_millis,
-            compression_type=int(compression_type),
-            max_pending_messages=max_pending_messages,
-            block_if_queue_full=block_if_queue_full,
-            batching_enabled=batching_enabled,
-            batching_max_messages=batching_max_messages,
-            batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
-            batching_max_publish_delay_ms=batching_max_publish_delay_ms,
-            chunking_enabled=chunking_enabled,
-            message_routing_mode=RoutingMode.CustomPartition
-            if message_router is not None
-            else message_routing_mode,
-            properties=dict(properties or {}),
-            message_router=message_router,
-            hashing_scheme=hashing_scheme,
-        )
+        core = await self._core.create_producer(topic, **_producer_options(locals()))
         return Producer(core)
 
     @_doc(_blocking.Client.subscribe)
@@ -437,29 +406,7 @@ class Client(_AsyncCloseable):
         expire_time_of_incomplete_chunked_message_ms: int = 60000,
         max_message_size: int | None = None,
     ) -> Consumer:
-        core = await self._core.subscribe(
-            topic,
-            subscription_name,
-            pattern_auto_discovery_period=float(pattern_auto_discovery_period),
-            consumer_type=int(consumer_type),
-            receiver_queue_size=receiver_queue_size,
-            consumer_name=consumer_name,
-            unacked_messages_timeout_ms=unacked_messages_timeout_ms,
-            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
-            is_read_compacted=is_read_compacted,
-            initial_position=int(initial_position),
-            max_pending_chunked_message=max_pending_chunked_message,
-            auto_ack_oldest_chunked_message_on_queue_full=auto_ack_oldest_chunked_message_on_queue_full,
-            start_message_id_inclusive=start_message_id_inclusive,
-            key_shared_policy=key_shared_policy,
-            batch_index_ack_enabled=batch_index_ack_enabled,
-            dead_letter_policy=dead_letter_policy,
-            durable=durable,
-            priority_level=priority_level,
-            ack_group_time_ms=ack_group_time_ms,
-            expire_time_of_incomplete_chunked_message_ms=expire_time_of_incomplete_chunked_message_ms,
-            max_message_size=max_message_size,
-        )
+        core = await self._core.subscribe(topic, subscription_name, **_subscribe_options(locals()))
         return Consumer(core)
 
     @_doc(_blocking.Client.create_reader)
@@ -474,15 +421,7 @@ class Client(_AsyncCloseable):
         is_read_compacted: bool = False,
         start_message_id_inclusive: bool = False,
     ) -> Reader:
-        core = await self._core.create_reader(
-            topic,
-            start_message_id,
-            start_message_id_inclusive=start_message_id_inclusive,
-            reader_name=reader_name,
-            receiver_queue_size=receiver_queue_size,
-            subscription_role_prefix=subscription_role_prefix or "reader",
-            is_read_compacted=is_read_compacted,
-        )
+        core = await self._core.create_reader(topic, start_message_id, **_reader_options(locals()))
         return Reader(core)
 
     @_doc(_blocking.Client.get_topic_partitions)

@@ -197,30 +197,14 @@ class Client(_Closeable):
         InvalidConfigurationError
             The service URL is malformed.
         """
+        options = _client_options(locals())
         self._closed = True  # until the core exists: close() has nothing to do
         self._stopped = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pulsarwire-client", daemon=True)
         self._thread.start()
-        timeout = (
-            connection_timeout_ms / 1000 if connection_timeout_seconds is None else connection_timeout_seconds
-        )
         try:
-            self._core = self._run(
-                _make_core(
-                    service_url,
-                    authentication=authentication,
-                    operation_timeout_seconds=float(operation_timeout_seconds),
-                    connection_timeout_seconds=timeout,
-                    keepalive_interval_seconds=keepalive_interval_seconds,
-                    tls_trust_certs_file_path=tls_trust_certs_file_path,
-                    tls_validate_hostname=tls_validate_hostname,
-                    tls_allow_insecure_connection=tls_allow_insecure_connection,
-                    tls_certificate_file_path=tls_certificate_file_path,
-                    tls_private_key_file_path=tls_private_key_file_path,
-                    retry_policy=retry_policy,
-                )
-            )
+            self._core = self._run(_make_core(service_url, options))
         except BaseException:
             self._stop_loop()
             raise
@@ -312,27 +296,8 @@ class Client(_Closeable):
         OperationTimeoutError
             The producer could not be created within the operation timeout.
         """
-        mode = RoutingMode.CustomPartition if message_router is not None else message_routing_mode
-        core = self._run(
-            self._core.create_producer(
-                topic,
-                producer_name=producer_name,
-                initial_sequence_id=initial_sequence_id,
-                send_timeout_millis=send_timeout_millis,
-                compression_type=int(compression_type),
-                max_pending_messages=max_pending_messages,
-                block_if_queue_full=block_if_queue_full,
-                batching_enabled=batching_enabled,
-                batching_max_messages=batching_max_messages,
-                batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
-                batching_max_publish_delay_ms=batching_max_publish_delay_ms,
-                chunking_enabled=chunking_enabled,
-                message_routing_mode=mode,
-                properties=dict(properties or {}),
-                message_router=message_router,
-                hashing_scheme=hashing_scheme,
-            )
-        )
+        options = _producer_options(locals())
+        core = self._run(self._core.create_producer(topic, **options))
         return Producer(self, core)
 
     def subscribe(
@@ -421,34 +386,8 @@ class Client(_Closeable):
         OperationTimeoutError
             The subscription could not be made within the operation timeout.
         """
-        return Consumer(
-            self,
-            self._run(
-                self._core.subscribe(
-                    topic,
-                    subscription_name,
-                    pattern_auto_discovery_period=float(pattern_auto_discovery_period),
-                    consumer_type=int(consumer_type),
-                    receiver_queue_size=receiver_queue_size,
-                    consumer_name=consumer_name,
-                    unacked_messages_timeout_ms=unacked_messages_timeout_ms,
-                    negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
-                    is_read_compacted=is_read_compacted,
-                    initial_position=int(initial_position),
-                    max_pending_chunked_message=max_pending_chunked_message,
-                    auto_ack_oldest_chunked_message_on_queue_full=auto_ack_oldest_chunked_message_on_queue_full,
-                    start_message_id_inclusive=start_message_id_inclusive,
-                    key_shared_policy=key_shared_policy,
-                    batch_index_ack_enabled=batch_index_ack_enabled,
-                    dead_letter_policy=dead_letter_policy,
-                    durable=durable,
-                    priority_level=priority_level,
-                    ack_group_time_ms=ack_group_time_ms,
-                    expire_time_of_incomplete_chunked_message_ms=expire_time_of_incomplete_chunked_message_ms,
-                    max_message_size=max_message_size,
-                )
-            ),
-        )
+        options = _subscribe_options(locals())
+        return Consumer(self, self._run(self._core.subscribe(topic, subscription_name, **options)))
 
     def create_reader(
         self,
@@ -493,20 +432,8 @@ class Client(_Closeable):
         OperationTimeoutError
             The reader could not be created within the operation timeout.
         """
-        return Reader(
-            self,
-            self._run(
-                self._core.create_reader(
-                    topic,
-                    start_message_id,
-                    start_message_id_inclusive=start_message_id_inclusive,
-                    reader_name=reader_name,
-                    receiver_queue_size=receiver_queue_size,
-                    subscription_role_prefix=subscription_role_prefix or "reader",
-                    is_read_compacted=is_read_compacted,
-                )
-            ),
-        )
+        options = _reader_options(locals())
+        return Reader(self, self._run(self._core.create_reader(topic, start_message_id, **options)))
 
     def read_arrow(
         self,
@@ -646,8 +573,49 @@ class Client(_Closeable):
         self._thread.join(timeout=10)
 
 
-async def _make_core(service_url: str, **options: Any) -> AsyncClient:
+async def _make_core(service_url: str, options: dict[str, Any]) -> AsyncClient:
     return AsyncClient(service_url, **options)
+
+
+# -- the public parameters → the core's keywords (one place for the blocking and asyncio APIs) ----
+def _arguments(args: dict[str, Any], *positional: str) -> dict[str, Any]:
+    """A method's arguments (its ``locals()`` on entry) without ``self`` and ``positional``."""
+    return {k: v for k, v in args.items() if k != "self" and k not in positional}
+
+
+def _client_options(args: dict[str, Any]) -> dict[str, Any]:
+    """AsyncClient's keywords from the arguments of ``Client(...)``."""
+    out = _arguments(args, "service_url", "connection_timeout_ms")
+    if out["connection_timeout_seconds"] is None:
+        out["connection_timeout_seconds"] = args["connection_timeout_ms"] / 1000
+    out["operation_timeout_seconds"] = float(out["operation_timeout_seconds"])
+    return out
+
+
+def _producer_options(args: dict[str, Any]) -> dict[str, Any]:
+    """AsyncClient.create_producer's keywords from the arguments of ``create_producer(topic, ...)``."""
+    out = _arguments(args, "topic")
+    out["compression_type"] = int(out["compression_type"])
+    out["properties"] = dict(out["properties"] or {})
+    if out["message_router"] is not None:  # as the official client: a router means CustomPartition
+        out["message_routing_mode"] = RoutingMode.CustomPartition
+    return out
+
+
+def _subscribe_options(args: dict[str, Any]) -> dict[str, Any]:
+    """AsyncClient.subscribe's keywords from the arguments of ``subscribe(topic, subscription_name, ...)``."""
+    out = _arguments(args, "topic", "subscription_name")
+    out["consumer_type"] = int(out["consumer_type"])
+    out["initial_position"] = int(out["initial_position"])
+    out["pattern_auto_discovery_period"] = float(out["pattern_auto_discovery_period"])
+    return out
+
+
+def _reader_options(args: dict[str, Any]) -> dict[str, Any]:
+    """AsyncClient.create_reader's keywords from the arguments of ``create_reader(topic, start, ...)``."""
+    out = _arguments(args, "topic", "start_message_id")
+    out["subscription_role_prefix"] = out["subscription_role_prefix"] or "reader"
+    return out
 
 
 def _connected(handlers: list[Any]) -> bool:

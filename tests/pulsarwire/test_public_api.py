@@ -410,3 +410,37 @@ def test_asyncio_objects_are_context_managers_and_close_twice(pulsar_broker: Bro
         await left_open.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "method", ["__init__", "create_producer", "subscribe", "create_reader", "get_topic_partitions"]
+)
+def test_blocking_and_asyncio_clients_take_the_same_parameters(method: str) -> None:
+    """One list of parameters for both APIs (they share the conversion to the core's keywords)."""
+
+    def described(fn: Any) -> list[tuple[str, Any, Any, Any]]:
+        return [(p.name, p.kind, p.default, p.annotation) for p in _params(fn).values()]
+
+    blocking_method = getattr(pulsarwire.Client, method)
+    asyncio_method = getattr(pulsarwire.asyncio.Client, method)
+    assert described(blocking_method) == described(asyncio_method)
+    assert inspect.getdoc(blocking_method) == inspect.getdoc(asyncio_method)
+
+
+def test_a_message_router_routes_every_message_as_in_the_official_client(pulsar_broker: Broker) -> None:
+    """Giving ``message_router`` is enough (the mode becomes CustomPartition); it gets the key."""
+    topic = f"persistent://public/default/routed-{uuid.uuid4().hex[:8]}"
+    pulsar_broker.create_partitioned_topic(topic, 3)
+    keys: list[str | None] = []
+
+    def router(key: str | None, num_partitions: int) -> int:
+        keys.append(key)
+        return num_partitions - 1
+
+    with (
+        pulsarwire.Client(pulsar_broker.service_url, connection_timeout_ms=5000) as client,
+        client.create_producer(topic, message_router=router, batching_enabled=False) as producer,
+    ):
+        ids = [producer.send(b"a", partition_key="k"), producer.send(b"b")]
+    assert [mid.partition for mid in ids] == [2, 2]
+    assert keys == ["k", None]
