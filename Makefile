@@ -29,6 +29,8 @@ lint: $(STAMP)
 	$(PY) -m ruff check pulsarwire pipelines tests bench jobs
 	$(PY) -m ruff format --check pulsarwire pipelines tests bench jobs
 
+# mypy strict on pulsarwire and on tests/typecheck (a user's program against the top-level API;
+# pyproject's [tool.mypy] files)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 

@@ -1,15 +1,224 @@
 """pulsarwire: a pure-Python implementation of the Apache Pulsar binary protocol.
 
+``import pulsarwire`` gives the blocking client API under the official client's names
+(``pulsarwire.Client``, ``Producer``, ``Consumer``, ``Reader``, ``Message``, ``MessageId``,
+``AuthenticationToken``, ``CompressionType``, ``ConsumerType``, ``InitialPosition``,
+``PartitionsRoutingMode``, ``ConsumerDeadLetterPolicy``, ``KeySharedPolicy``, ``SchemaInfo``)
+and the typed errors a client user meets; ``pulsarwire.asyncio`` is the asyncio API, as
+``pulsar.asyncio``. The client classes are loaded on first use (module ``__getattr__``), so
+importing the package stays cheap: it loads the message id and the errors only.
+
 Layers (each uses only those before it): ``proto`` (generated schema),
 ``codec`` (sans-IO frames, payloads, batches, compression, MessageId, hashes),
-then protocol state machines, asyncio I/O, client and broker. This package
-never imports pyspark.
+then protocol state machines, asyncio I/O, client and broker. The submodules keep
+their own names (``pulsarwire.client.blocking.Client`` is ``pulsarwire.Client``).
+This package never imports pyspark.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pulsarwire._version import __version__
 from pulsarwire.codec.message_id import MessageId
-from pulsarwire.errors import PulsarWireError
+from pulsarwire.errors import (
+    AlreadyClosedError,
+    AuthenticationError,
+    AuthorizationError,
+    BadLookupAnswerError,
+    ChecksumError,
+    ClientError,
+    ConnectError,
+    ConnectionClosedError,
+    ConsumerAssignError,
+    ConsumerBusy,
+    ConsumerNotFound,
+    CorruptMessageError,
+    FlowControlError,
+    IncompatibleSchema,
+    InvalidBrokerUrlError,
+    InvalidConfigurationError,
+    InvalidTopicName,
+    InvalidTxnStatus,
+    LocalProtocolError,
+    MessageTooBigError,
+    MetadataError,
+    NotAllowedError,
+    OperationTimeoutError,
+    PersistenceError,
+    ProducerBlockedQuotaExceededError,
+    ProducerBlockedQuotaExceededException,
+    ProducerBusy,
+    ProducerFenced,
+    ProducerQueueIsFullError,
+    ProtocolError,
+    PulsarWireError,
+    ReachedEndOfTopicError,
+    RemoteProtocolError,
+    SendRefusedError,
+    SendTimeoutError,
+    ServerError,
+    ServiceNotReady,
+    SubscriptionNotFound,
+    TlsDowngradeError,
+    TooManyRedirectsError,
+    TooManyRequests,
+    TopicNotFound,
+    TopicTerminatedError,
+    TransactionConflict,
+    TransactionCoordinatorNotFound,
+    TransactionNotFound,
+    UnexpectedReceiptError,
+    UnknownError,
+    UnsupportedVersionError,
+)
 
-__all__ = ["MessageId", "PulsarWireError", "__version__"]
+if TYPE_CHECKING:
+    from pulsarwire import asyncio
+    from pulsarwire.client.auth import (
+        Authentication,
+        AuthenticationNone,
+        AuthenticationToken,
+    )
+    from pulsarwire.client.blocking import (
+        Client,
+        CompressionType,
+        Consumer,
+        ConsumerDeadLetterPolicy,
+        ConsumerKeySharedPolicy,
+        ConsumerType,
+        DeadLetterPolicy,
+        InitialPosition,
+        KeySharedPolicy,
+        PartitionsRoutingMode,
+        Producer,
+        Reader,
+    )
+    from pulsarwire.client.message import (
+        Message,
+    )
+    from pulsarwire.client.retry import (
+        RetryPolicy,
+    )
+    from pulsarwire.client.routing import (
+        HashingScheme,
+        RoutingMode,
+    )
+    from pulsarwire.client.schema import (
+        SchemaInfo,
+    )
+
+#: exported name -> the module that defines it, imported on first access
+_LAZY = {
+    "Client": "pulsarwire.client.blocking",
+    "CompressionType": "pulsarwire.client.blocking",
+    "Consumer": "pulsarwire.client.blocking",
+    "ConsumerDeadLetterPolicy": "pulsarwire.client.blocking",
+    "ConsumerKeySharedPolicy": "pulsarwire.client.blocking",
+    "ConsumerType": "pulsarwire.client.blocking",
+    "DeadLetterPolicy": "pulsarwire.client.blocking",
+    "InitialPosition": "pulsarwire.client.blocking",
+    "KeySharedPolicy": "pulsarwire.client.blocking",
+    "PartitionsRoutingMode": "pulsarwire.client.blocking",
+    "Producer": "pulsarwire.client.blocking",
+    "Reader": "pulsarwire.client.blocking",
+    "Message": "pulsarwire.client.message",
+    "Authentication": "pulsarwire.client.auth",
+    "AuthenticationNone": "pulsarwire.client.auth",
+    "AuthenticationToken": "pulsarwire.client.auth",
+    "HashingScheme": "pulsarwire.client.routing",
+    "RoutingMode": "pulsarwire.client.routing",
+    "SchemaInfo": "pulsarwire.client.schema",
+    "RetryPolicy": "pulsarwire.client.retry",
+}
+
+__all__ = [
+    "AlreadyClosedError",
+    "Authentication",
+    "AuthenticationError",
+    "AuthenticationNone",
+    "AuthenticationToken",
+    "AuthorizationError",
+    "BadLookupAnswerError",
+    "ChecksumError",
+    "Client",
+    "ClientError",
+    "CompressionType",
+    "ConnectError",
+    "ConnectionClosedError",
+    "Consumer",
+    "ConsumerAssignError",
+    "ConsumerBusy",
+    "ConsumerDeadLetterPolicy",
+    "ConsumerKeySharedPolicy",
+    "ConsumerNotFound",
+    "ConsumerType",
+    "CorruptMessageError",
+    "DeadLetterPolicy",
+    "FlowControlError",
+    "HashingScheme",
+    "IncompatibleSchema",
+    "InitialPosition",
+    "InvalidBrokerUrlError",
+    "InvalidConfigurationError",
+    "InvalidTopicName",
+    "InvalidTxnStatus",
+    "KeySharedPolicy",
+    "LocalProtocolError",
+    "Message",
+    "MessageId",
+    "MessageTooBigError",
+    "MetadataError",
+    "NotAllowedError",
+    "OperationTimeoutError",
+    "PartitionsRoutingMode",
+    "PersistenceError",
+    "Producer",
+    "ProducerBlockedQuotaExceededError",
+    "ProducerBlockedQuotaExceededException",
+    "ProducerBusy",
+    "ProducerFenced",
+    "ProducerQueueIsFullError",
+    "ProtocolError",
+    "PulsarWireError",
+    "ReachedEndOfTopicError",
+    "Reader",
+    "RemoteProtocolError",
+    "RetryPolicy",
+    "RoutingMode",
+    "SchemaInfo",
+    "SendRefusedError",
+    "SendTimeoutError",
+    "ServerError",
+    "ServiceNotReady",
+    "SubscriptionNotFound",
+    "TlsDowngradeError",
+    "TooManyRedirectsError",
+    "TooManyRequests",
+    "TopicNotFound",
+    "TopicTerminatedError",
+    "TransactionConflict",
+    "TransactionCoordinatorNotFound",
+    "TransactionNotFound",
+    "UnexpectedReceiptError",
+    "UnknownError",
+    "UnsupportedVersionError",
+    "__version__",
+    "asyncio",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "asyncio":
+        return importlib.import_module("pulsarwire.asyncio")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pulsarwire' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

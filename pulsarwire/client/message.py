@@ -11,6 +11,8 @@ from pulsarwire.proto import pb
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Message:
+    """A received message, with the official client's accessors (made by a consumer or reader)."""
+
     _data: bytes
     _id: MessageId
     _topic: str
@@ -19,55 +21,75 @@ class Message:
     _redelivery_count: int
 
     def data(self) -> bytes:
+        """The payload bytes."""
         return self._data
 
     def value(self) -> bytes:
+        """The payload bytes (no client-side schema here: the same as :meth:`data`)."""
         return self._data
 
     def message_id(self) -> MessageId:
+        """The message's id (ledger, entry, partition, batch index)."""
         return self._id
 
     def topic_name(self) -> str:
+        """The topic (partition) the message was received from."""
         return self._topic
 
     def properties(self) -> dict[str, str]:
+        """The application-defined properties, as strings."""
         src = self._single.properties if self._single is not None else self._metadata.properties
         return {as_text(kv.key): as_text(kv.value) for kv in src}
 
     def partition_key(self) -> str:
+        """The message key (empty when it has none)."""
         s = self._single
         if s is not None:
             return as_text(s.partition_key) if s.HasField("partition_key") else ""
         return as_text(self._metadata.partition_key)
 
     def ordering_key(self) -> bytes:
+        """The ordering key (empty when it has none)."""
         s = self._single
         if s is not None:  # a batched message has its own key or none (never the batch's first)
             return s.ordering_key if s.HasField("ordering_key") else b""
         return self._metadata.ordering_key
 
     def publish_timestamp(self) -> int:
+        """The time the producer published it, in ms since the epoch."""
         return int(self._metadata.publish_time)
 
     def event_timestamp(self) -> int:
+        """The event time the producer set, in ms since the epoch (0 when none)."""
         s = self._single
         if s is not None and s.event_time:
             return int(s.event_time)
         return int(self._metadata.event_time)
 
     def redelivery_count(self) -> int:
+        """How many times the broker delivered it before (0 on the first delivery)."""
         return self._redelivery_count
 
     def producer_name(self) -> str:
+        """The name of the producer that sent it."""
         return as_text(self._metadata.producer_name)
 
     def sequence_id(self) -> int:
+        """The producer's sequence id of this message."""
         s = self._single
         if s is not None and s.HasField("sequence_id"):
             return int(s.sequence_id)
         return int(self._metadata.sequence_id) + max(self._id.batch_index, 0)
 
+    def has_null_value(self) -> bool:
+        """Whether the producer sent a null value (a tombstone on compacted topics)."""
+        s = self._single
+        if s is not None:
+            return bool(s.null_value)
+        return bool(self._metadata.null_value)
+
     def schema_version(self) -> bytes:
+        """The schema version the producer wrote it with (empty when none)."""
         return self._metadata.schema_version
 
     def __repr__(self) -> str:

@@ -64,11 +64,15 @@ def partition_for_key(
 
 
 class RoutingMode(Enum):
-    """The Java client's ``MessageRoutingMode``."""
+    """The Java client's ``MessageRoutingMode``; the official Python client's
+    ``PartitionsRoutingMode`` spellings (``RoundRobinDistribution``, ``UseSinglePartition``)
+    are aliases of the same members."""
 
     RoundRobinPartition = "RoundRobinPartition"
     SinglePartition = "SinglePartition"
     CustomPartition = "CustomPartition"
+    RoundRobinDistribution = "RoundRobinPartition"
+    UseSinglePartition = "SinglePartition"
 
 
 def _java_int(value: int) -> int:

@@ -52,6 +52,9 @@ class MessageId:
 
     EARLIEST: ClassVar[MessageId]
     LATEST: ClassVar[MessageId]
+    #: the official client's spellings of EARLIEST and LATEST
+    earliest: ClassVar[MessageId]
+    latest: ClassVar[MessageId]
 
     # -- order -----------------------------------------------------------------
     def _key(self) -> tuple[int, int, int]:
@@ -156,3 +159,5 @@ class MessageId:
 
 MessageId.EARLIEST = MessageId(-1, -1, -1, -1)
 MessageId.LATEST = MessageId(_I64_MAX, _I64_MAX, -1, -1)
+MessageId.earliest = MessageId.EARLIEST
+MessageId.latest = MessageId.LATEST
