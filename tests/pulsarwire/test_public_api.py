@@ -16,6 +16,8 @@ import importlib.util
 import inspect
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 from types import ModuleType
@@ -383,8 +385,11 @@ def test_blocking_objects_are_context_managers_and_close_twice(pulsar_broker: Br
 
 
 def test_a_client_that_cannot_start_leaves_no_thread() -> None:
+    before = set(threading.enumerate())
     with pytest.raises(pulsarwire.InvalidConfigurationError):
-        pulsarwire.Client("http://localhost:8080")
+        pulsarwire.Client("ftp://localhost:8080")  # http(s):// is a valid service URL (HTTP lookup)
+    time.sleep(0.1)
+    assert [t for t in threading.enumerate() if t not in before and t.is_alive()] == []
 
 
 def test_asyncio_objects_are_context_managers_and_close_twice(pulsar_broker: Broker) -> None:
