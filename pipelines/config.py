@@ -298,6 +298,8 @@ class _Interpolator:
         self.stack: list[Loc] = []
         self.problems: list[str] = []
         self.env_secrets: set[str] = set()
+        self.via: dict[Loc, tuple[str, ...]] = {}  # leaf → what its value came through
+        self._refs: list[list[str]] = []  # the references seen by each leaf being resolved
 
     def run(self) -> Any:
         return self._value(self.doc.data, (), top=True)
@@ -328,6 +330,7 @@ class _Interpolator:
             )
             raise _Failed
         self.stack.append(path)
+        self._refs.append([])
         try:
             value = self._string(text, path)
         except _Problem as exc:
@@ -339,8 +342,15 @@ class _Interpolator:
             raise
         finally:
             self.stack.pop()
+            refs = self._refs.pop()
+        if refs:
+            self.via[path] = tuple(dict.fromkeys(refs))
         self.done[path] = value
         return value
+
+    def _saw(self, *refs: str) -> None:
+        if self._refs:
+            self._refs[-1].extend(refs)
 
     def _string(self, text: str, path: Loc) -> Any:
         if "${" not in text:
@@ -368,6 +378,7 @@ class _Interpolator:
             if not _ENV_NAME.fullmatch(name):
                 raise _Problem(f"${{{expr}}}: expected ${{env:NAME}} or ${{env:NAME:-default}}")
             value = os.environ.get(name)
+            self._saw(f"${name}" if value else f"${name} (unset: the default)")
             if value is None or (sep and value == ""):
                 if not sep:
                     raise _Problem(
@@ -400,7 +411,9 @@ class _Interpolator:
                     f"${{{expr}}}: no key {format_path((*walked, part))} in the job or its profile"
                 )
             walked = (*walked, part)
-        return self._value(node, walked)
+        value = self._value(node, walked)
+        self._saw(f"{format_path(walked)} ({self.doc.label(walked)})", *self.via.get(walked, ()))
+        return value
 
 
 class _Expr:
@@ -445,7 +458,7 @@ def _split(text: str) -> list[str | _Expr]:
     return parts
 
 
-def _pulsar_defaults(data: dict[Any, Any], doc: _Doc) -> None:
+def _pulsar_defaults(data: dict[Any, Any], doc: _Doc, via: dict[Loc, tuple[str, ...]] | None = None) -> None:
     """The profile's ``pulsar.service_url``/``pulsar.client`` as defaults of source/sink ``pulsar``."""
     defaults = data.get("pulsar")
     if not isinstance(defaults, dict):
@@ -459,6 +472,12 @@ def _pulsar_defaults(data: dict[Any, Any], doc: _Doc) -> None:
         if "service_url" not in node and defaults.get("service_url") is not None:
             node["service_url"] = defaults["service_url"]
             doc.origins[(*base, "service_url")] = doc.label(("pulsar", "service_url"))
+            if via is not None:
+                here = ("pulsar", "service_url")
+                via[(*base, "service_url")] = (
+                    f"pulsar.service_url ({doc.label(here)})",
+                    *via.get(here, ()),
+                )
         client = defaults.get("client")
         if not isinstance(client, dict) or not client:
             continue
@@ -684,7 +703,7 @@ def load_job(
     secrets = _collect_secrets(resolved) | interp.env_secrets
     if interp.problems:
         raise JobError(_scrub(interp.problems, secrets))
-    _pulsar_defaults(resolved, doc)
+    _pulsar_defaults(resolved, doc, interp.via)
 
     try:
         job = Job.model_validate(resolved)
@@ -697,6 +716,7 @@ def load_job(
     job._profile_file = profile_label
     job._root = root
     job._secrets = frozenset(s for s in secrets if len(s) >= 4)
+    job._via = {format_path(k): v for k, v in interp.via.items()}
     if check_imports and job.transform is not None and job.transform.python is not None:
         try:
             import_function(job.transform.python, (root,))

@@ -36,6 +36,43 @@ class DataLossError(PipelinesError):
         self.missing_to = missing_to
 
 
+class MissingTopicError(PipelinesError):
+    """A topic the source reads does not exist (the source never creates topics).
+
+    ``topic`` is the full name, ``namespace`` its ``tenant/namespace`` and ``closest`` the
+    namespace's existing topics whose names are nearest to it (possibly empty).
+    """
+
+    def __init__(self, topic: str, namespace: str, closest: tuple[str, ...], listed: bool = True) -> None:
+        if closest:
+            near = f"; closest topics in {namespace}: {', '.join(closest)}"
+        elif listed:
+            near = f"; {namespace} has no topic with a similar name"
+        else:
+            near = ""
+        super().__init__(f"topic {topic} does not exist{near}")
+        self.topic = topic
+        self.namespace = namespace
+        self.closest = closest
+
+
+class OffsetsAheadError(PipelinesError):
+    """A stored or checkpointed position is past the end of its topic-partition.
+
+    The broker's data was reset, the job points at another cluster, or the topic was deleted
+    and created again: resuming there would read nothing and skip everything written later.
+    """
+
+    def __init__(self, topic: str, stored: str, end: str, where: str = "stored", hint: str = "") -> None:
+        super().__init__(
+            f"{topic}: the {where} position {stored} is past the topic's end {end} (the broker's data "
+            f"was reset, the job points at another cluster, or the topic was recreated){hint}"
+        )
+        self.topic = topic
+        self.stored = stored
+        self.end = end
+
+
 class SinkError(PipelinesError):
     """Writing to Pulsar failed; the Spark task fails rather than dropping rows."""
 

@@ -155,8 +155,14 @@ class Client:
             if not self._stopped:  # an abandoned iteration still closes its reader
                 self._run(agen.aclose())
 
-    def get_topic_partitions(self, topic: str) -> list[str]:
-        return self._run(self._core.get_topic_partitions(topic))
+    def check_connection(self, timeout_seconds: float = 5.0) -> str:
+        """Connect to the service URL once, without retries (see AsyncClient.check_connection)."""
+        return self._run(self._core.check_connection(timeout_seconds))
+
+    def get_topic_partitions(self, topic: str, *, create: bool = True) -> list[str]:
+        """The partitions of ``topic`` (``[topic]`` when not partitioned); ``create=False`` asks the
+        broker not to create a missing topic (Pulsar answers TopicNotFound)."""
+        return self._run(self._core.get_topic_partitions(topic, create=create))
 
     def get_schema(self, topic: str, version: bytes | None = None) -> SchemaInfo | None:
         """The topic's latest schema (or ``version``), None when it has none (GET_SCHEMA)."""
