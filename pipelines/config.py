@@ -46,7 +46,6 @@ from .models import (
     Job,
     Loc,
     format_path,
-    import_function,
     is_secret_key,
     kind_of,
     mask_secrets,
@@ -649,7 +648,8 @@ def load_job(
     looked up under :func:`project_root`); ``env`` names the profile ``<conf_dir>/<env>.yaml``
     (or is a path to one; None: no profile); ``conf_dir`` defaults to
     ``<project root>/conf``; ``overrides`` are ``key.path=value`` strings. With
-    ``check_imports`` a ``transform.python`` function is imported to check it exists.
+    ``check_imports`` the ``transform.python`` function is located (:func:`locate_function`:
+    its module is found and parsed, never imported — a job file's code runs only at ``run``).
 
     Raises :class:`~pipelines.errors.JobError` with one line per problem.
     """
@@ -719,10 +719,62 @@ def load_job(
     job._via = {format_path(k): v for k, v in interp.via.items()}
     if check_imports and job.transform is not None and job.transform.python is not None:
         try:
-            import_function(job.transform.python, (root,))
+            locate_function(job.transform.python, (root,))
         except ValueError as exc:
             raise JobError(_scrub([doc.line(("transform", "python"), str(exc))], secrets)) from None
     return job
+
+
+def _module_file(module: str, roots: Sequence[Path]) -> Path | None:
+    """The source file of ``module`` under ``roots`` then ``sys.path``, found without importing."""
+    import sys
+
+    rel = Path(*module.split("."))
+    for base in [*roots, *(Path(p) for p in sys.path if p)]:
+        for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def locate_function(spec: str, roots: Sequence[Path] = ()) -> Path:
+    """The file defining ``module:function``, checked without importing it (no code runs).
+
+    The module's source is parsed and must define ``function`` at its top level (``def``,
+    ``async def``, an assignment or an import of that name). Raises ValueError with a short
+    message: no module, a syntax error, no such function.
+    """
+    import ast
+
+    module, _, name = spec.partition(":")
+    path = _module_file(module, roots)
+    if path is None:
+        import importlib.util
+
+        try:  # compiled or frozen modules: found by the import system, still not executed
+            found = importlib.util.find_spec(module) if "." not in module else None
+        except (ImportError, ValueError):
+            found = None
+        if found is not None:
+            return Path(found.origin or module)
+        raise ValueError(f"no module named {module!r}")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (SyntaxError, UnicodeDecodeError, OSError) as exc:
+        raise ValueError(f"{display_path(path)} cannot be parsed: {exc}") from None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name:
+            return path
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            literal = isinstance(node.value, ast.Constant | ast.List | ast.Dict | ast.Tuple | ast.Set)
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and not literal:
+                return path
+        if isinstance(node, ast.Import | ast.ImportFrom) and any(
+            (a.asname or a.name.split(".")[0]) == name for a in node.names
+        ):
+            return path
+    raise ValueError(f"module {module!r} has no function {name!r}")
 
 
 def redacted(job: Job) -> dict[str, Any]:

@@ -7,6 +7,8 @@ driver that is our fault to explain derives from :class:`PipelinesError`.
 
 from __future__ import annotations
 
+import re
+
 
 class PipelinesError(Exception):
     """Root of every error raised by ``pipelines``."""
@@ -98,3 +100,46 @@ def describe(exc: BaseException) -> str:
     start their message with it)."""
     text, name = str(exc), type(exc).__name__
     return text if text.startswith(name) else f"{name}: {text}" if text else name
+
+
+#: the line a Python traceback ends with, e.g. "pipelines.errors.SinkError: ..." (also inside the
+#: text of a Spark error that carries a Python worker's or foreachBatch's traceback)
+_TASK_ERROR = re.compile(r"^(?:\w+\.)*(?:pipelines|pulsarwire)\.errors\.(\w+): (.+)$", re.MULTILINE)
+#: Spark's error classes in front of a message: "[STREAM_FAILED] Query [id = ..] terminated with ..."
+_SPARK_CLASS = re.compile(r"^\[[A-Z_.]+\]\s*")
+
+
+def task_errors(text: str) -> list[tuple[str, str]]:
+    """The (class name, message) of every pipelines/pulsarwire error in a traceback's text."""
+    return [(m.group(1), m.group(2).strip()) for m in _TASK_ERROR.finditer(text)]
+
+
+def short_error(exc: BaseException, limit: int = 400) -> str:
+    """One line saying what failed: the innermost pipelines/pulsarwire error that a Spark or
+    Py4J error carries, else the error's own first line (``Type: message``)."""
+    if isinstance(exc, PipelinesError):
+        text = str(exc)
+    else:
+        found = task_errors(str(exc))
+        if found:
+            name, message = found[-1]
+            text = message if name in _OWN else f"{name}: {message}"
+        else:
+            first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+            first = _SPARK_CLASS.sub("", first)
+            text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: our own classes, whose messages say enough without the class name
+_OWN = {
+    "PipelinesError",
+    "OptionError",
+    "DataLossError",
+    "MissingTopicError",
+    "OffsetsAheadError",
+    "SinkError",
+    "OffsetStoreError",
+    "JobError",
+}
