@@ -277,6 +277,7 @@ class Planner:
         """
         if self.subscription is None:
             return
+        acked = []
         for tp, pos in offsets.items():
             if pos.is_earliest or pos.entry_id < 0:
                 continue
@@ -286,7 +287,13 @@ class Planner:
                 target = MessageId(pos.ledger_id, pos.entry_id - 1, partition_of(tp))
             else:
                 target = MessageId(pos.ledger_id, pos.entry_id, partition_of(tp))
-            self._watcher(tp).acknowledge_cumulative(target)
+            watcher = self._watcher(tp)
+            watcher.acknowledge_cumulative(target)
+            acked.append(watcher)
+        # An ack has no answer; a request after it on the same connection is answered once the
+        # broker has handled it, so backlog figures read from now on include the release.
+        for watcher in acked:
+            watcher.get_backlog()
 
     def position_before_time(self, tp: str, time_ms: int) -> Position | None:
         """The position just before the first message of ``tp`` published at or after ``time_ms``.

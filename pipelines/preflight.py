@@ -237,12 +237,14 @@ def _topic_key(job: Job) -> str:
     return "source.pulsar." + ("topic" if src.topic else "topics" if src.topics else "topics_pattern")
 
 
-def checkpoint_offsets(checkpoint: str | None) -> Offsets | None:
-    """The end positions of the last batch in a local checkpoint's offset log (None without one)."""
+def checkpoint_offsets(checkpoint: str | None, *, committed: bool = False) -> Offsets | None:
+    """The end positions of the last batch in a local checkpoint's offset log (None without one);
+    with ``committed`` of the last batch Spark committed (a later one is replayed by a restart)."""
     path = local_path(checkpoint) if checkpoint else None
-    if path is None or not (path / "offsets").is_dir():
+    log_dir = path / ("commits" if committed else "offsets") if path is not None else None
+    if path is None or log_dir is None or not log_dir.is_dir():
         return None
-    batches = sorted(int(p.name) for p in (path / "offsets").iterdir() if p.name.isdigit())
+    batches = sorted(int(p.name) for p in log_dir.iterdir() if p.name.isdigit())
     if not batches:
         return None
     from .exactly_once import batch_offsets

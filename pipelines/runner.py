@@ -58,7 +58,14 @@ from .errors import (
     short_error,
     task_errors,
 )
-from .exactly_once import ExactlyOnceJob, close_clients, query_id, recover, write_delta_exactly_once
+from .exactly_once import (
+    ExactlyOnceJob,
+    batch_offsets,
+    close_clients,
+    query_id,
+    recover,
+    write_delta_exactly_once,
+)
 from .models import Bound, Job
 from .offsets import OffsetStore
 from .planner import Planner
@@ -154,24 +161,33 @@ class Progress:
     busy: float = 0.0  # seconds spent in batches (the rest is Spark start-up and planning)
     started: float = field(default_factory=time.monotonic)
     in_batch: bool = False  # a batch is being written (a stop waits for it)
+    ends: Callable[[int], Offsets] | None = None  # a batch's end positions (from the checkpoint)
 
-    def lag(self) -> int | None:
-        """Messages not yet committed on the job's subscription, all partitions; None if unknown."""
+    def lag(self, batch_id: int | None = None) -> int | None:
+        """Messages not yet committed, all partitions; None if unknown.
+
+        The broker counts the messages of the entries not yet released on the subscription;
+        a batch that ended inside a batched entry released only the entries before it, so the
+        messages of that entry up to the batch's end are taken off.
+        """
         if self.lag_options is None:
             return None
         try:
             if self._planner is None:
                 self._planner = lag_planner(self.lag_options)
-            return sum(subscription_lag(self.lag_options, self._planner).per_partition.values())
+            backlog = subscription_lag(self.lag_options, self._planner).per_partition
+            ends = self.ends(batch_id) if self.ends is not None and batch_id is not None else Offsets()
         except Exception as exc:  # informative only
             log.debug("lag unavailable: %s", exc)
             return None
+        taken = {tp: pos.batch_index + 1 for tp, pos in ends.items() if pos.batch_index >= 0}
+        return sum(max(0, n - taken.get(tp, 0)) for tp, n in backlog.items())
 
     def batch(self, batch_id: int, rows: int, seconds: float) -> None:
         self.batches += 1
         self.rows += rows
         self.busy += seconds
-        lag = self.lag()
+        lag = self.lag(batch_id)
         rate = self.rows / self.busy if self.busy > 0 else 0.0
         left = "" if lag is None else f", {lag} messages left"
         eta = f", ETA {_duration(lag / rate)}" if lag and rate > 0 else ""
@@ -392,6 +408,7 @@ def _stream(job: Job, spark: Any) -> int:
         reader = reader.option(key, value)
     df = transform(job, spark, reader.load())
     check_output(job, df)
+    progress.ends = lambda batch_id: batch_offsets(checkpoint, batch_id, spark)
     if STOP.requested:
         progress.summary(" before the first batch")
         return 0
@@ -610,6 +627,18 @@ def backfill(job: Job, args: Any = None) -> int:
             f"({len(last)} topic-partition(s)); nothing to do"
         )
         return 0
+    clip, whose = (None, "") if job.sink.delta.mode == "merge" else stream_start(job)
+    if clip is not None:
+        left = [tp for tp in todo if clip.get(tp, Position.EARLIEST) < last[tp]]
+        if left:
+            say(
+                f"[{job.name}] backfill: messages after the stream's position ({whose}) in "
+                f"{len(left)} topic-partition(s) are left to the stream, which appends them itself"
+            )
+        todo = [tp for tp in todo if first.get(tp, Position.EARLIEST) < clip.get(tp, Position.EARLIEST)]
+        if not todo:
+            say(f"[{job.name}] backfill {window}: nothing before the stream's position to backfill")
+            return 0
     parts = list(slices(start, end, int(getattr(args, "slices", None) or 10)))
     spark, created = session(job)
     sink = job.sink.delta
@@ -627,7 +656,10 @@ def backfill(job: Job, args: Any = None) -> int:
             reader = spark.read.format("pulsarwire")
             for key, value in opts.items():
                 reader = reader.option(key, value)
-            df = transform(job, spark, reader.load())
+            rows_in = reader.load()
+            if clip is not None:
+                rows_in = rows_in.where(taken_by(clip))
+            df = transform(job, spark, rows_in)
             data = df if delta_spark_available(spark) else df.toArrow()
             rows = data.count() if data is df else data.num_rows
             new = merge_new_rows(
@@ -665,6 +697,53 @@ def backfill(job: Job, args: Any = None) -> int:
     already = " (everything was already there)" if read_rows and not new_rows else ""
     progress.summary(f"; {new_rows} new rows in {target}{already}")
     return 0
+
+
+def stream_start(job: Job) -> tuple[Offsets, str]:
+    """Where the job's stream resumes (or first starts): everything up to these positions is the
+    stream's past, everything after its future. For a backfill into an ``append`` sink the
+    future is the stream's to write: backfilling it too would append those rows twice.
+
+    The last batch the checkpoint committed, else the offset store, else the stream's
+    starting position resolved now.
+    """
+    from .preflight import checkpoint_offsets, stored_offsets
+    from .source import resolve_start
+
+    found = checkpoint_offsets(job.checkpoint, committed=True)
+    if found is not None:
+        return found, "its checkpoint"
+    found = stored_offsets(job)
+    if found is not None:
+        return found, f"the offset store {job.offsets}"
+    opts = SourceOptions.parse(job.source_options(), streaming=True)
+    planner = Planner(opts.settings, opts.selector)
+    try:
+        parts = planner.partitions()
+        start = resolve_start(planner, opts.starting, parts, planner.latest(parts))
+    finally:
+        planner.close()
+    return start, "it has not run yet and starts there"
+
+
+def taken_by(positions: Offsets) -> Any:
+    """A Spark condition on source rows: the row is at or before its partition's position."""
+    from pyspark.sql import functions as F
+
+    ledger, entry, index = F.col("ledgerId"), F.col("entryId"), F.col("batchIndex")
+    condition = F.lit(False)
+    for tp, pos in positions.items():
+        if pos.is_earliest:
+            continue
+        if pos.entry_id < 0:  # L:-1:-1, everything before ledger L
+            upto = ledger < pos.ledger_id
+        else:
+            same = (ledger == pos.ledger_id) & (entry == pos.entry_id)
+            if pos.batch_index >= 0:
+                same = same & (index <= pos.batch_index)
+            upto = (ledger < pos.ledger_id) | ((ledger == pos.ledger_id) & (entry < pos.entry_id)) | same
+        condition = condition | ((F.col("topic") == tp) & upto)
+    return condition
 
 
 def _bound_text(bound: Bound) -> str:
