@@ -37,6 +37,7 @@ from typing import Any
 
 from .config import display_path, dump_yaml, find_jobs, load_job, redacted
 from .errors import JobError, short_error
+from .masking import mask
 from .models import Bound, BoundError, Job, parse_bound
 
 __all__ = ["build_parser", "main"]
@@ -216,7 +217,7 @@ def _validate(args: argparse.Namespace) -> int:
         if args.show:
             print(textwrap.indent(dump_yaml(redacted(job)), "    "), end="")
         if args.plan:
-            print(textwrap.indent("\n".join(plan), "    "))
+            print(mask(textwrap.indent("\n".join(plan), "    ")))
     return 1 if failed else 0
 
 
@@ -237,7 +238,7 @@ def _list(args: argparse.Namespace) -> int:
         rows.append((job.name, path, describe_target(job)))
     width = [max(len(r[i]) for r in rows) for i in range(2)]
     for name, path, what in rows:
-        print(f"{name:<{width[0]}}  {path:<{width[1]}}  {what}")
+        print(mask(f"{name:<{width[0]}}  {path:<{width[1]}}  {what}"))
     return 0
 
 
@@ -250,7 +251,7 @@ def _run(args: argparse.Namespace) -> Any:
         if args.dry_run:
             print(f"{job.source_file}: resolved with --env {job.env} (secrets masked):")
             print(textwrap.indent(dump_yaml(redacted(job)), "    "), end="")
-            print("\n".join(_plan(job)))
+            print(mask("\n".join(_plan(job))))
             print(f"dry run: nothing started; `pipelines run {job.source_file}` runs it")
             return 0
         if stop.requested:
@@ -311,15 +312,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = args.handler(args)
     except JobError as exc:
-        print(exc, file=sys.stderr)
+        print(mask(str(exc)), file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # before a run installed its handlers (loading, validate, offsets)
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
         if verbose:
-            traceback.print_exc()
-        print(f"error: {short_error(exc)}", file=sys.stderr)
+            print(mask(traceback.format_exc()), end="", file=sys.stderr)
+        print(f"error: {mask(short_error(exc))}", file=sys.stderr)
         if not verbose:
             print("run with -v for the full trace", file=sys.stderr)
         return 1

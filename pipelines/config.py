@@ -41,8 +41,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import JobError
+from .masking import mask, remember
 from .models import (
-    MASK,
     Job,
     Loc,
     format_path,
@@ -141,13 +141,69 @@ def _yaml_error(label: str, exc: yaml.YAMLError) -> JobError:
     return JobError(f"{label}: {exc}")
 
 
+#: the most values (scalars, lists, mappings) a job or profile may hold once aliases are expanded
+MAX_VALUES = 20_000
+
+
+def _expanded_size(root: yaml.Node, label: str) -> None:
+    """Refuse a document whose aliases expand it past :data:`MAX_VALUES` values, or refer to
+    themselves; time linear in the document (each distinct node is sized once)."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_.discard(key)
+            children = _children(node)
+            size = 1 + sum(sizes[id(c)] for c in children)
+            sizes[key] = size
+            if size > MAX_VALUES:
+                mark = node.start_mark
+                raise JobError(
+                    f"{label}:{mark.line + 1}:{mark.column + 1}: this value holds more than {MAX_VALUES} "
+                    "values once YAML aliases are expanded: refused (a job file is far smaller)"
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in open_:
+            mark = node.start_mark
+            raise JobError(f"{label}:{mark.line + 1}:{mark.column + 1}: a YAML alias refers to itself")
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _load_yaml(text: str, label: str) -> Any:
+    """YAML text → data, with the alias check of :func:`_expanded_size` before building it."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, label)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def _read_yaml(path: Path, label: str) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise JobError(f"{label}: cannot read: {exc.strerror or exc}") from None
     try:
-        return yaml.load(text, Loader=_Loader)
+        return _load_yaml(text, label)
     except yaml.YAMLError as exc:
         raise _yaml_error(label, exc) from None
 
@@ -236,16 +292,19 @@ class _Doc:
     def merge(self, layer: Mapping[Any, Any], label: str) -> None:
         self.data = self._merge(self.data, layer, (), label)
 
-    def _record(self, value: Any, path: Loc, label: str) -> None:
-        for p in [p for p in self.origins if len(p) > len(path) and p[: len(path)] == path]:
-            del self.origins[p]
+    def _record(self, value: Any, path: Loc, label: str, *, replaces: bool = True) -> None:
+        """``label`` set ``value`` at ``path``; what was recorded below ``path`` goes (only a
+        value that ``replaces`` another can have anything below it: the scan is skipped else)."""
+        if replaces:
+            for p in [p for p in self.origins if len(p) > len(path) and p[: len(path)] == path]:
+                del self.origins[p]
         self.origins[path] = label
         if isinstance(value, dict):
             for k, v in value.items():
-                self._record(v, (*path, k), label)
+                self._record(v, (*path, k), label, replaces=False)
         elif isinstance(value, list):
             for i, v in enumerate(value):
-                self._record(v, (*path, i), label)
+                self._record(v, (*path, i), label, replaces=False)
 
     def _merge(self, base: Any, over: Any, path: Loc, label: str) -> Any:
         if isinstance(base, dict) and isinstance(over, dict):
@@ -255,7 +314,7 @@ class _Doc:
                     out[k] = self._merge(out[k], v, (*path, k), label)
                 else:
                     out[k] = copy.deepcopy(v)
-                    self._record(v, (*path, k), label)
+                    self._record(v, (*path, k), label, replaces=False)
             return out
         self._record(over, path, label)
         return copy.deepcopy(over)
@@ -602,13 +661,8 @@ def _collect_secrets(value: Any, key: object = None, out: set[str] | None = None
 
 
 def _scrub(lines: Iterable[str], secrets: Iterable[str]) -> list[str]:
-    ordered = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
-    out = []
-    for line in lines:
-        for s in ordered:
-            line = line.replace(s, MASK)
-        out.append(line)
-    return out
+    known = list(secrets)
+    return [mask(line, known) for line in lines]
 
 
 # -- loading --------------------------------------------------------------------------------
@@ -716,6 +770,7 @@ def load_job(
     job._profile_file = profile_label
     job._root = root
     job._secrets = frozenset(s for s in secrets if len(s) >= 4)
+    remember(job._secrets)  # whatever prints an error later masks them too
     job._via = {format_path(k): v for k, v in interp.via.items()}
     if check_imports and job.transform is not None and job.transform.python is not None:
         try:
@@ -780,13 +835,10 @@ def locate_function(spec: str, roots: Sequence[Path] = ()) -> Path:
 def redacted(job: Job) -> dict[str, Any]:
     """The job as plain data for display: secrets (and values under secret-looking keys) masked."""
     data = mask_secrets(job.model_dump(mode="json", by_alias=True, exclude_none=True))
-    secrets = sorted(job._secrets, key=len, reverse=True)
 
     def scrub(value: Any) -> Any:
         if isinstance(value, str):
-            for s in secrets:
-                value = value.replace(s, MASK)
-            return value
+            return mask(value, job._secrets)
         if isinstance(value, dict):
             return {k: scrub(v) for k, v in value.items()}
         if isinstance(value, list):

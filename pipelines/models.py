@@ -42,6 +42,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from .errors import JobError
+from .masking import MASK, mask
 from .options import GrammarError, duration_ms, kind_of, offsets_spec, show, time_ms
 
 __all__ = [
@@ -68,7 +69,6 @@ __all__ = [
     "problem",
 ]
 
-MASK = "**********"
 
 T = TypeVar("T")
 
@@ -932,6 +932,4 @@ class Job(Section):
 
 
 def _scrub(text: str, secrets: frozenset[str]) -> str:
-    for s in sorted(secrets, key=len, reverse=True):
-        text = text.replace(s, MASK)
-    return text
+    return mask(text, secrets)

@@ -50,6 +50,7 @@ from pulsarwire.errors import (
 )
 
 from .errors import JobError, MissingTopicError, OffsetStoreError, OptionError, PipelinesError
+from .masking import mask
 from .models import Job
 from .options import ClientSettings, client_settings
 from .planner import Planner, TopicSelector
@@ -64,7 +65,7 @@ REFUSED_SECONDS = 3.0
 
 
 def warn(text: str) -> None:
-    print(f"warning: {text}", file=sys.stderr, flush=True)
+    print(f"warning: {mask(text)}", file=sys.stderr, flush=True)
 
 
 # -- paths ------------------------------------------------------------------------------------

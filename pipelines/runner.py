@@ -66,6 +66,7 @@ from .exactly_once import (
     recover,
     write_delta_exactly_once,
 )
+from .masking import mask
 from .models import Bound, Job
 from .offsets import OffsetStore
 from .planner import Planner
@@ -77,7 +78,7 @@ log = logging.getLogger("pipelines.runner")
 
 
 def say(text: str) -> None:
-    print(text, flush=True)
+    print(mask(text), flush=True)
 
 
 # -- session ---------------------------------------------------------------------------------
