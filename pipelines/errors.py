@@ -114,16 +114,39 @@ def task_errors(text: str) -> list[tuple[str, str]]:
     return [(m.group(1), m.group(2).strip()) for m in _TASK_ERROR.finditer(text)]
 
 
+#: a line naming an error: "org.apache.spark.SparkRuntimeException: [CLASS] message", "Caused by: ..."
+_CAUSE = re.compile(r"^\s*(?:Caused by: )?(?:[\w$]+\.)*([A-Z][\w$]*(?:Exception|Error)): (.+)$", re.MULTILINE)
+#: errors that only carry another one
+_WRAPPERS = {
+    "StreamingQueryException",
+    "ForeachBatchUserFuncException",
+    "Py4JJavaError",
+    "Py4JError",
+    "PythonException",
+    "SparkException",
+    "ExecutionException",
+    "InvocationTargetException",
+    "UndeclaredThrowableException",
+    "PipelinesError",
+}
+
+
 def short_error(exc: BaseException, limit: int = 400) -> str:
     """One line saying what failed: the innermost pipelines/pulsarwire error that a Spark or
-    Py4J error carries, else the error's own first line (``Type: message``)."""
+    Py4J error carries, else the first error it carries that is not just a wrapper (a Python
+    traceback in the message, a Java stack trace), else its own first line."""
     if isinstance(exc, PipelinesError):
         text = str(exc)
     else:
-        found = task_errors(str(exc))
+        full = f"{exc}\n{getattr(exc, '_stackTrace', None) or ''}"
+        found = task_errors(full)
+        causes = [(n, m) for n, m in _CAUSE.findall(full) if n not in _WRAPPERS]
         if found:
             name, message = found[-1]
             text = message if name in _OWN else f"{name}: {message}"
+        elif causes:
+            name, message = causes[0]
+            text = f"{name}: {_SPARK_CLASS.sub('', message.strip())}"
         else:
             first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
             first = _SPARK_CLASS.sub("", first)

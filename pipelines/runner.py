@@ -265,7 +265,9 @@ def run_job(job: Job, args: Any = None) -> int:
         if job.source.kind == "delta":
             return _publish(job, spark)
         return _stream(job, spark)
-    except Exception as exc:
+    except PipelinesError:
+        raise
+    except Exception as exc:  # Spark's and Py4J's errors carry ours in their text
         raise run_error(job, exc) from exc
     finally:
         close_clients()
@@ -282,18 +284,13 @@ _ERROR_KEYS: dict[type[PipelinesError], str] = {
 }
 
 
-def run_error(job: Job, exc: BaseException) -> BaseException:
-    """A failure of a running job as one PipelinesError naming the job file (and the key when
-    the cause is a pipelines error we know), whatever layer (Spark, Py4J) carried it."""
-    if isinstance(exc, PipelinesError) and str(exc).startswith(job.source_file):
-        return exc
+def run_error(job: Job, exc: BaseException) -> PipelinesError:
+    """A Spark (or Py4J) error that failed a running job as one PipelinesError naming the job
+    file and, when the error it carries is one of ours with a key to fix, that key."""
     for name, message in reversed(task_errors(str(exc))):
         for cls, key in _ERROR_KEYS.items():
             if cls.__name__ == name:
                 return PipelinesError(f"{job.source_file}: {key}: {message}")
-    if isinstance(exc, PipelinesError):
-        key = next((k for c, k in _ERROR_KEYS.items() if isinstance(exc, c)), None)
-        return PipelinesError(f"{job.source_file}: {key + ': ' if key else ''}{exc}")
     return PipelinesError(f"{job.source_file}: {short_error(exc)}")
 
 
@@ -689,7 +686,9 @@ def backfill(job: Job, args: Any = None) -> int:
             progress.batches += 1
             progress.rows += rows
             progress.busy += time.monotonic() - t
-    except Exception as exc:
+    except PipelinesError:
+        raise
+    except Exception as exc:  # Spark's and Py4J's errors carry ours in their text
         raise run_error(job, exc) from exc
     finally:
         close_clients()

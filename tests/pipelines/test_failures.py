@@ -374,6 +374,20 @@ def test_a_partition_column_missing_from_the_rows_fails_before_reading(
     assert "orders_ingest" not in broker.stats(ORDERS)["subscriptions"]  # the stream never started
 
 
+def test_a_failure_inside_spark_is_one_line(spark: Any, broker: Broker, project: Path) -> None:
+    produce(broker.service_url, "orders", 5)
+    failing = (
+        '["SELECT CAST(value AS STRING) AS payload, topic, `partition`, ledgerId, entryId, batchIndex, '
+        'assert_true(entryId < 0) AS checked, CAST(publishTime AS DATE) AS publish_date FROM source"]'
+    )
+    ran = in_process("run", INGEST, "--set", f"transform.sql={failing}")
+    assert ran.code == 1 and no_trace(ran.err.replace("SparkRuntimeException", "")), ran.err
+    assert ran.err_lines == [
+        "error: jobs/orders_ingest.yaml: SparkRuntimeException: '(entryId < 0)' is not true! SQLSTATE: P0001",
+        "run with -v for the full trace",
+    ]
+
+
 def test_errors_are_short_and_traces_come_with_v(broker: Broker, tmp_path: Path) -> None:
     broken = tmp_path / "offsets" / "_delta_log"
     broken.mkdir(parents=True)
