@@ -125,6 +125,9 @@ def session(job: Job) -> tuple[Any, bool]:
         created = True
     pipelines.register(spark)
     reclaim()  # a new SparkContext took SIGINT for itself
+    jvm = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if created and jvm is not None:  # a second Ctrl-C ends the JVM we started without its traces
+        STOP.on_abort.append(jvm.kill)
     return spark, created
 
 

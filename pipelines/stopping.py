@@ -9,17 +9,22 @@ process at once (``os._exit``): the batch in flight is rolled back by the sink's
 Neither prints a traceback. The exit status is 128 + the signal number: 130 for SIGINT,
 143 for SIGTERM, as shells report them.
 
+Ctrl-C in a terminal signals the whole process group; Spark's JVM and its Python workers
+ignore SIGINT, so only this process acts on it. SIGTERM must go to this process only (``kill``,
+``docker stop``, Kubernetes): sent to the group it also stops the JVM and the workers.
+
 Outside :func:`installed` (a job run from Python, the tests) nothing changes: Ctrl-C raises
 KeyboardInterrupt as usual.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -33,6 +38,8 @@ class StopRequest:
         self.signum: int | None = None
         self.label = "pipelines"
         self.active = False  # the handlers are installed
+        #: called on the second signal, before the process ends (the runner kills Spark's JVM)
+        self.on_abort: list[Callable[[], object]] = []
         self._event = threading.Event()
 
     @property
@@ -59,6 +66,9 @@ class StopRequest:
             _say(
                 f"[{self.label}] {name} again: stopping now; the batch in flight is replayed by the next run"
             )
+            for abort in self.on_abort:  # the JVM first: it would print its threads' dying words
+                with contextlib.suppress(Exception):
+                    abort()
             os._exit(128 + signum)
         self.request(signum)
         again = "Ctrl-C" if signum == signal.SIGINT else "send it"
@@ -81,6 +91,7 @@ def installed(label: str) -> Iterator[StopRequest]:
     STOP.label = label
     STOP.signum = None
     STOP._event.clear()
+    STOP.on_abort.clear()
     main = threading.current_thread() is threading.main_thread()
     saved = {}
     if main:
