@@ -458,7 +458,11 @@ class Consumer(_Receiving):
         return self._client._run(self._core.get_last_message_id())
 
     def get_backlog(self) -> dict[str, int]:
-        """topic-partition → messages not yet acknowledged on this subscription, as the broker counts."""
+        """topic-partition → messages not yet acknowledged on this subscription, as the broker counts.
+
+        Acknowledgements made before the call go out first: the answer includes them.
+        """
+        self._calls.drain()
         return self._client._run(self._core.backlog())
 
     def unsubscribe(self) -> None:
