@@ -1,7 +1,9 @@
 """Python transforms of the example jobs: ``transform: {python: "jobs.transforms:<function>"}``.
 
-A transform takes the source DataFrame and returns the DataFrame to write. pyspark is imported
-inside the function, so that validating a job (which imports this module) needs no Spark.
+A transform takes the source DataFrame and returns the DataFrame to write. ``pipelines run``
+imports this module (it is code a job file runs); ``pipelines validate`` only parses it to check
+that the function is defined. pyspark is imported inside the function all the same, so that
+importing the module is cheap.
 """
 
 from __future__ import annotations

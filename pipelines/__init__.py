@@ -7,6 +7,9 @@ exactly-once Delta helper and the job runner live in the submodules.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 __all__ = ["FORMAT", "register"]
@@ -15,7 +18,47 @@ FORMAT = "pulsarwire"
 
 
 def register(spark: Any) -> None:
-    """Register the ``pulsarwire`` data source with ``spark`` (idempotent)."""
+    """Register the ``pulsarwire`` data source with ``spark`` (idempotent).
+
+    Spark runs the source's code in Python worker processes started with the interpreter
+    ``PYSPARK_PYTHON`` names, ``python3`` from the PATH when it is unset: in a fresh shell
+    that is the system's Python, which has no pulsarwire. So for a local session (its
+    workers run on this machine) with ``PYSPARK_PYTHON`` unset, the workers are pointed at
+    this interpreter. When ``PYSPARK_PYTHON`` names an interpreter that cannot import
+    pulsarwire, PipelinesError says what to set instead of letting every task fail.
+    Clusters (any other master) keep their own setting: their images install pulsarwire.
+    """
+    _use_this_python(spark)
     from .datasource import PulsarWireDataSource
 
     spark.dataSource.register(PulsarWireDataSource)
+
+
+def _use_this_python(spark: Any) -> None:
+    sc = getattr(spark, "sparkContext", None)  # none under Spark Connect: the server decides
+    try:
+        local = sc is not None and str(sc.master).startswith("local")
+    except Exception:  # a Connect session raises on sparkContext access
+        return
+    if not local:
+        return
+    chosen = os.environ.get("PYSPARK_PYTHON")
+    if not chosen:
+        sc.pythonExec = sys.executable  # the UDFs and data sources registered from now on
+        os.environ["PYSPARK_PYTHON"] = sys.executable  # and sessions created later
+        return
+    if os.path.realpath(chosen) == os.path.realpath(sys.executable):
+        return
+    check = [chosen, "-c", "import pulsarwire, pipelines"]
+    try:
+        failed = subprocess.run(check, capture_output=True, timeout=30).returncode != 0
+    except (OSError, subprocess.SubprocessError):
+        failed = True
+    if failed:
+        from .errors import PipelinesError
+
+        raise PipelinesError(
+            f"PYSPARK_PYTHON={chosen} cannot import pulsarwire, so Spark's Python workers would fail: "
+            f"unset it (workers then use this interpreter, {sys.executable}) or point it at a Python "
+            "that has pulsarwire installed"
+        )

@@ -41,12 +41,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import JobError
+from .masking import mask, remember
 from .models import (
-    MASK,
     Job,
     Loc,
     format_path,
-    import_function,
     is_secret_key,
     kind_of,
     mask_secrets,
@@ -142,13 +141,69 @@ def _yaml_error(label: str, exc: yaml.YAMLError) -> JobError:
     return JobError(f"{label}: {exc}")
 
 
+#: the most values (scalars, lists, mappings) a job or profile may hold once aliases are expanded
+MAX_VALUES = 20_000
+
+
+def _expanded_size(root: yaml.Node, label: str) -> None:
+    """Refuse a document whose aliases expand it past :data:`MAX_VALUES` values, or refer to
+    themselves; time linear in the document (each distinct node is sized once)."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_.discard(key)
+            children = _children(node)
+            size = 1 + sum(sizes[id(c)] for c in children)
+            sizes[key] = size
+            if size > MAX_VALUES:
+                mark = node.start_mark
+                raise JobError(
+                    f"{label}:{mark.line + 1}:{mark.column + 1}: this value holds more than {MAX_VALUES} "
+                    "values once YAML aliases are expanded: refused (a job file is far smaller)"
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in open_:
+            mark = node.start_mark
+            raise JobError(f"{label}:{mark.line + 1}:{mark.column + 1}: a YAML alias refers to itself")
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _load_yaml(text: str, label: str) -> Any:
+    """YAML text → data, with the alias check of :func:`_expanded_size` before building it."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, label)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def _read_yaml(path: Path, label: str) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise JobError(f"{label}: cannot read: {exc.strerror or exc}") from None
     try:
-        return yaml.load(text, Loader=_Loader)
+        return _load_yaml(text, label)
     except yaml.YAMLError as exc:
         raise _yaml_error(label, exc) from None
 
@@ -237,16 +292,19 @@ class _Doc:
     def merge(self, layer: Mapping[Any, Any], label: str) -> None:
         self.data = self._merge(self.data, layer, (), label)
 
-    def _record(self, value: Any, path: Loc, label: str) -> None:
-        for p in [p for p in self.origins if len(p) > len(path) and p[: len(path)] == path]:
-            del self.origins[p]
+    def _record(self, value: Any, path: Loc, label: str, *, replaces: bool = True) -> None:
+        """``label`` set ``value`` at ``path``; what was recorded below ``path`` goes (only a
+        value that ``replaces`` another can have anything below it: the scan is skipped else)."""
+        if replaces:
+            for p in [p for p in self.origins if len(p) > len(path) and p[: len(path)] == path]:
+                del self.origins[p]
         self.origins[path] = label
         if isinstance(value, dict):
             for k, v in value.items():
-                self._record(v, (*path, k), label)
+                self._record(v, (*path, k), label, replaces=False)
         elif isinstance(value, list):
             for i, v in enumerate(value):
-                self._record(v, (*path, i), label)
+                self._record(v, (*path, i), label, replaces=False)
 
     def _merge(self, base: Any, over: Any, path: Loc, label: str) -> Any:
         if isinstance(base, dict) and isinstance(over, dict):
@@ -256,7 +314,7 @@ class _Doc:
                     out[k] = self._merge(out[k], v, (*path, k), label)
                 else:
                     out[k] = copy.deepcopy(v)
-                    self._record(v, (*path, k), label)
+                    self._record(v, (*path, k), label, replaces=False)
             return out
         self._record(over, path, label)
         return copy.deepcopy(over)
@@ -298,6 +356,8 @@ class _Interpolator:
         self.stack: list[Loc] = []
         self.problems: list[str] = []
         self.env_secrets: set[str] = set()
+        self.via: dict[Loc, tuple[str, ...]] = {}  # leaf → what its value came through
+        self._refs: list[list[str]] = []  # the references seen by each leaf being resolved
 
     def run(self) -> Any:
         return self._value(self.doc.data, (), top=True)
@@ -328,6 +388,7 @@ class _Interpolator:
             )
             raise _Failed
         self.stack.append(path)
+        self._refs.append([])
         try:
             value = self._string(text, path)
         except _Problem as exc:
@@ -339,8 +400,15 @@ class _Interpolator:
             raise
         finally:
             self.stack.pop()
+            refs = self._refs.pop()
+        if refs:
+            self.via[path] = tuple(dict.fromkeys(refs))
         self.done[path] = value
         return value
+
+    def _saw(self, *refs: str) -> None:
+        if self._refs:
+            self._refs[-1].extend(refs)
 
     def _string(self, text: str, path: Loc) -> Any:
         if "${" not in text:
@@ -368,6 +436,7 @@ class _Interpolator:
             if not _ENV_NAME.fullmatch(name):
                 raise _Problem(f"${{{expr}}}: expected ${{env:NAME}} or ${{env:NAME:-default}}")
             value = os.environ.get(name)
+            self._saw(f"${name}" if value else f"${name} (unset: the default)")
             if value is None or (sep and value == ""):
                 if not sep:
                     raise _Problem(
@@ -400,7 +469,9 @@ class _Interpolator:
                     f"${{{expr}}}: no key {format_path((*walked, part))} in the job or its profile"
                 )
             walked = (*walked, part)
-        return self._value(node, walked)
+        value = self._value(node, walked)
+        self._saw(f"{format_path(walked)} ({self.doc.label(walked)})", *self.via.get(walked, ()))
+        return value
 
 
 class _Expr:
@@ -445,7 +516,7 @@ def _split(text: str) -> list[str | _Expr]:
     return parts
 
 
-def _pulsar_defaults(data: dict[Any, Any], doc: _Doc) -> None:
+def _pulsar_defaults(data: dict[Any, Any], doc: _Doc, via: dict[Loc, tuple[str, ...]] | None = None) -> None:
     """The profile's ``pulsar.service_url``/``pulsar.client`` as defaults of source/sink ``pulsar``."""
     defaults = data.get("pulsar")
     if not isinstance(defaults, dict):
@@ -459,6 +530,12 @@ def _pulsar_defaults(data: dict[Any, Any], doc: _Doc) -> None:
         if "service_url" not in node and defaults.get("service_url") is not None:
             node["service_url"] = defaults["service_url"]
             doc.origins[(*base, "service_url")] = doc.label(("pulsar", "service_url"))
+            if via is not None:
+                here = ("pulsar", "service_url")
+                via[(*base, "service_url")] = (
+                    f"pulsar.service_url ({doc.label(here)})",
+                    *via.get(here, ()),
+                )
         client = defaults.get("client")
         if not isinstance(client, dict) or not client:
             continue
@@ -584,13 +661,8 @@ def _collect_secrets(value: Any, key: object = None, out: set[str] | None = None
 
 
 def _scrub(lines: Iterable[str], secrets: Iterable[str]) -> list[str]:
-    ordered = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
-    out = []
-    for line in lines:
-        for s in ordered:
-            line = line.replace(s, MASK)
-        out.append(line)
-    return out
+    known = list(secrets)
+    return [mask(line, known) for line in lines]
 
 
 # -- loading --------------------------------------------------------------------------------
@@ -630,7 +702,8 @@ def load_job(
     looked up under :func:`project_root`); ``env`` names the profile ``<conf_dir>/<env>.yaml``
     (or is a path to one; None: no profile); ``conf_dir`` defaults to
     ``<project root>/conf``; ``overrides`` are ``key.path=value`` strings. With
-    ``check_imports`` a ``transform.python`` function is imported to check it exists.
+    ``check_imports`` the ``transform.python`` function is located (:func:`locate_function`:
+    its module is found and parsed, never imported — a job file's code runs only at ``run``).
 
     Raises :class:`~pipelines.errors.JobError` with one line per problem.
     """
@@ -684,7 +757,7 @@ def load_job(
     secrets = _collect_secrets(resolved) | interp.env_secrets
     if interp.problems:
         raise JobError(_scrub(interp.problems, secrets))
-    _pulsar_defaults(resolved, doc)
+    _pulsar_defaults(resolved, doc, interp.via)
 
     try:
         job = Job.model_validate(resolved)
@@ -697,24 +770,75 @@ def load_job(
     job._profile_file = profile_label
     job._root = root
     job._secrets = frozenset(s for s in secrets if len(s) >= 4)
+    remember(job._secrets)  # whatever prints an error later masks them too
+    job._via = {format_path(k): v for k, v in interp.via.items()}
     if check_imports and job.transform is not None and job.transform.python is not None:
         try:
-            import_function(job.transform.python, (root,))
+            locate_function(job.transform.python, (root,))
         except ValueError as exc:
             raise JobError(_scrub([doc.line(("transform", "python"), str(exc))], secrets)) from None
     return job
 
 
+def _module_file(module: str, roots: Sequence[Path]) -> Path | None:
+    """The source file of ``module`` under ``roots`` then ``sys.path``, found without importing."""
+    import sys
+
+    rel = Path(*module.split("."))
+    for base in [*roots, *(Path(p) for p in sys.path if p)]:
+        for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def locate_function(spec: str, roots: Sequence[Path] = ()) -> Path:
+    """The file defining ``module:function``, checked without importing it (no code runs).
+
+    The module's source is parsed and must define ``function`` at its top level (``def``,
+    ``async def``, an assignment or an import of that name). Raises ValueError with a short
+    message: no module, a syntax error, no such function.
+    """
+    import ast
+
+    module, _, name = spec.partition(":")
+    path = _module_file(module, roots)
+    if path is None:
+        import importlib.util
+
+        try:  # compiled or frozen modules: found by the import system, still not executed
+            found = importlib.util.find_spec(module) if "." not in module else None
+        except (ImportError, ValueError):
+            found = None
+        if found is not None:
+            return Path(found.origin or module)
+        raise ValueError(f"no module named {module!r}")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (SyntaxError, UnicodeDecodeError, OSError) as exc:
+        raise ValueError(f"{display_path(path)} cannot be parsed: {exc}") from None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name:
+            return path
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            literal = isinstance(node.value, ast.Constant | ast.List | ast.Dict | ast.Tuple | ast.Set)
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and not literal:
+                return path
+        if isinstance(node, ast.Import | ast.ImportFrom) and any(
+            (a.asname or a.name.split(".")[0]) == name for a in node.names
+        ):
+            return path
+    raise ValueError(f"module {module!r} has no function {name!r}")
+
+
 def redacted(job: Job) -> dict[str, Any]:
     """The job as plain data for display: secrets (and values under secret-looking keys) masked."""
     data = mask_secrets(job.model_dump(mode="json", by_alias=True, exclude_none=True))
-    secrets = sorted(job._secrets, key=len, reverse=True)
 
     def scrub(value: Any) -> Any:
         if isinstance(value, str):
-            for s in secrets:
-                value = value.replace(s, MASK)
-            return value
+            return mask(value, job._secrets)
         if isinstance(value, dict):
             return {k: scrub(v) for k, v in value.items()}
         if isinstance(value, list):

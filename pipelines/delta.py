@@ -205,6 +205,82 @@ def write_idempotent(
     return _rs_write(data, str(target), app_id, version, mode, parts, keys, storage_options, metadata)
 
 
+def merge_new_rows(
+    data: Any,
+    target: str | Path,
+    keys: Sequence[str],
+    *,
+    update: bool = False,
+    partition_by: Sequence[str] | None = None,
+    spark: Any = None,
+    storage_options: dict[str, str] | None = None,
+) -> int:
+    """MERGE ``data`` into ``target`` on ``keys``: insert the rows not there yet; returns how many.
+
+    With ``update`` the rows already there are updated too (an upsert); without it they are
+    left alone, so merging the same rows again changes nothing (and commits nothing). The
+    table is created, partitioned by ``partition_by``, when missing. ``data`` is a pyarrow
+    Table or a Spark DataFrame (delta-spark when the session has it, else converted to Arrow).
+
+    Raises OptionError for bad keys, PipelinesError when the write fails.
+    """
+    _check_args("merge", 0, "merge", keys)
+    parts = list(partition_by) if partition_by else None
+    predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in keys)
+    if is_spark_dataframe(data):
+        session = spark if spark is not None else data.sparkSession
+        if delta_spark_available(session):
+            return _spark_merge_new(data, target, predicate, update, parts, session)
+        data = data.toArrow()
+    import pyarrow as pa
+    from deltalake.exceptions import DeltaError
+
+    target = str(target)
+    try:
+        snapshot = _snapshot(target, storage_options)
+        if snapshot is None:
+            snapshot = _create(target, data.schema, parts, storage_options)
+        merge = snapshot.merge(data, predicate, source_alias="s", target_alias="t")
+        if update:
+            merge = merge.when_matched_update_all()
+        metrics = merge.when_not_matched_insert_all().execute()
+    except (DeltaError, OSError, pa.ArrowException) as exc:
+        raise PipelinesError(f"{target}: merging on {', '.join(keys)} failed: {exc}") from exc
+    return int(metrics.get("num_target_rows_inserted", 0))
+
+
+def _spark_merge_new(
+    df: Any, target: str | Path, predicate: str, update: bool, parts: list[str] | None, spark: Any
+) -> int:
+    """delta-spark: needs the Delta jars, so it is exercised only where they are present."""
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    try:
+        if not _spark_table_exists(spark, target):
+            rows = int(df.count())
+            writer = df.write.format("delta").mode("append")
+            if parts:
+                writer = writer.partitionBy(*parts)
+            if is_table_name(target):
+                writer.saveAsTable(str(target))
+            else:
+                writer.save(str(target))
+            return rows
+        table = (
+            SparkDeltaTable.forName(spark, str(target))
+            if is_table_name(target)
+            else SparkDeltaTable.forPath(spark, str(target))
+        )
+        merge = table.alias("t").merge(df.alias("s"), predicate)
+        if update:
+            merge = merge.whenMatchedUpdateAll()
+        merge.whenNotMatchedInsertAll().execute()
+        metrics = table.history(1).select("operationMetrics").first()
+    except Exception as exc:
+        raise PipelinesError(f"{target}: merge failed: {exc}") from exc
+    return int((metrics[0] or {}).get("numTargetRowsInserted", -1)) if metrics else -1
+
+
 def commit_metadata(target: str | Path, key: str, storage_options: dict[str, str] | None = None) -> list[str]:
     """Values stored under ``key`` by :func:`write_idempotent` (``metadata=``), newest commit first.
 

@@ -7,6 +7,8 @@ driver that is our fault to explain derives from :class:`PipelinesError`.
 
 from __future__ import annotations
 
+import re
+
 
 class PipelinesError(Exception):
     """Root of every error raised by ``pipelines``."""
@@ -51,6 +53,43 @@ class CorruptMessageError(PipelinesError):
         self.reason = reason
 
 
+class MissingTopicError(PipelinesError):
+    """A topic the source reads does not exist (the source never creates topics).
+
+    ``topic`` is the full name, ``namespace`` its ``tenant/namespace`` and ``closest`` the
+    namespace's existing topics whose names are nearest to it (possibly empty).
+    """
+
+    def __init__(self, topic: str, namespace: str, closest: tuple[str, ...], listed: bool = True) -> None:
+        if closest:
+            near = f"; closest topics in {namespace}: {', '.join(closest)}"
+        elif listed:
+            near = f"; {namespace} has no topic with a similar name"
+        else:
+            near = ""
+        super().__init__(f"topic {topic} does not exist{near}")
+        self.topic = topic
+        self.namespace = namespace
+        self.closest = closest
+
+
+class OffsetsAheadError(PipelinesError):
+    """A stored or checkpointed position is past the end of its topic-partition.
+
+    The broker's data was reset, the job points at another cluster, or the topic was deleted
+    and created again: resuming there would read nothing and skip everything written later.
+    """
+
+    def __init__(self, topic: str, stored: str, end: str, where: str = "stored", hint: str = "") -> None:
+        super().__init__(
+            f"{topic}: the {where} position {stored} is past the topic's end {end} (the broker's data "
+            f"was reset, the job points at another cluster, or the topic was recreated){hint}"
+        )
+        self.topic = topic
+        self.stored = stored
+        self.end = end
+
+
 class SinkError(PipelinesError):
     """Writing to Pulsar failed; the Spark task fails rather than dropping rows."""
 
@@ -76,3 +115,69 @@ def describe(exc: BaseException) -> str:
     start their message with it)."""
     text, name = str(exc), type(exc).__name__
     return text if text.startswith(name) else f"{name}: {text}" if text else name
+
+
+#: the line a Python traceback ends with, e.g. "pipelines.errors.SinkError: ..." (also inside the
+#: text of a Spark error that carries a Python worker's or foreachBatch's traceback)
+_TASK_ERROR = re.compile(r"^(?:\w+\.)*(?:pipelines|pulsarwire)\.errors\.(\w+): (.+)$", re.MULTILINE)
+#: Spark's error classes in front of a message: "[STREAM_FAILED] Query [id = ..] terminated with ..."
+_SPARK_CLASS = re.compile(r"^\[[A-Z_.]+\]\s*")
+
+
+def task_errors(text: str) -> list[tuple[str, str]]:
+    """The (class name, message) of every pipelines/pulsarwire error in a traceback's text."""
+    return [(m.group(1), m.group(2).strip()) for m in _TASK_ERROR.finditer(text)]
+
+
+#: a line naming an error: "org.apache.spark.SparkRuntimeException: [CLASS] message", "Caused by: ..."
+_CAUSE = re.compile(r"^\s*(?:Caused by: )?(?:[\w$]+\.)*([A-Z][\w$]*(?:Exception|Error)): (.+)$", re.MULTILINE)
+#: errors that only carry another one
+_WRAPPERS = {
+    "StreamingQueryException",
+    "ForeachBatchUserFuncException",
+    "Py4JJavaError",
+    "Py4JError",
+    "PythonException",
+    "SparkException",
+    "ExecutionException",
+    "InvocationTargetException",
+    "UndeclaredThrowableException",
+    "PipelinesError",
+}
+
+
+def short_error(exc: BaseException, limit: int = 400) -> str:
+    """One line saying what failed: the innermost pipelines/pulsarwire error that a Spark or
+    Py4J error carries, else the first error it carries that is not just a wrapper (a Python
+    traceback in the message, a Java stack trace), else its own first line."""
+    if isinstance(exc, PipelinesError):
+        text = str(exc)
+    else:
+        full = f"{exc}\n{getattr(exc, '_stackTrace', None) or ''}"
+        found = task_errors(full)
+        causes = [(n, m) for n, m in _CAUSE.findall(full) if n not in _WRAPPERS]
+        if found:
+            name, message = found[-1]
+            text = message if name in _OWN else f"{name}: {message}"
+        elif causes:
+            name, message = causes[0]
+            text = f"{name}: {_SPARK_CLASS.sub('', message.strip())}"
+        else:
+            first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+            first = _SPARK_CLASS.sub("", first)
+            text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: our own classes, whose messages say enough without the class name
+_OWN = {
+    "PipelinesError",
+    "OptionError",
+    "DataLossError",
+    "MissingTopicError",
+    "OffsetsAheadError",
+    "SinkError",
+    "OffsetStoreError",
+    "JobError",
+}

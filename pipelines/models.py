@@ -42,6 +42,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from .errors import JobError
+from .masking import MASK, mask
 from .options import GrammarError, duration_ms, kind_of, offsets_spec, show, time_ms
 
 __all__ = [
@@ -68,7 +69,6 @@ __all__ = [
     "problem",
 ]
 
-MASK = "**********"
 
 T = TypeVar("T")
 
@@ -416,6 +416,7 @@ class PulsarSource(Section):
     min_messages_per_trigger: PosInt | None = None
     max_trigger_delay: Duration | None = None
     fail_on_data_loss: bool = True
+    wait_for_topic: bool = False
     subscription: Text | None = None
     schema_: Literal["raw", "auto"] = Field("raw", alias="schema")
     include_properties: bool | None = None
@@ -728,6 +729,7 @@ class Job(Section):
     _profile_file: str | None = PrivateAttr(None)
     _root: Path = PrivateAttr(default_factory=Path.cwd)
     _secrets: frozenset[str] = PrivateAttr(frozenset())
+    _via: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _check(self) -> Job:
@@ -790,6 +792,11 @@ class Job(Section):
     def project_root(self) -> Path:
         """Where relative job paths and ``transform.python`` modules are resolved."""
         return self._root
+
+    def origin(self, path: str) -> str:
+        """Where the value at ``path`` came from, for messages: ``pulsar.service_url (conf/local.yaml)
+        ← $PULSAR_URL``; empty when it was written in place."""
+        return " ← ".join(self._via.get(path, ()))
 
     def error(self, path: str, message: str) -> JobError:
         """A :class:`JobError` ``<job file>: <path>: <message>`` (for the runner's own checks)."""
@@ -854,6 +861,8 @@ class Job(Section):
             if value is not None:
                 opts[option] = str(value)
         opts["failOnDataLoss"] = "true" if src.fail_on_data_loss else "false"
+        if src.wait_for_topic:
+            opts["waitForTopic"] = "true"
         if src.include_properties is not None:
             opts["includeProperties"] = "true" if src.include_properties else "false"
         opts["subscriptionName"] = self.subscription
@@ -879,6 +888,7 @@ class Job(Section):
             "subscriptionName",
             "startingOffsets",
             "startingTime",
+            "waitForTopic",
         ):
             opts.pop(key, None)
         section = self.backfill
@@ -937,6 +947,4 @@ class Job(Section):
 
 
 def _scrub(text: str, secrets: frozenset[str]) -> str:
-    for s in sorted(secrets, key=len, reverse=True):
-        text = text.replace(s, MASK)
-    return text
+    return mask(text, secrets)

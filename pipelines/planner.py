@@ -1,7 +1,12 @@
 """Driver-side planning for the ``pulsarwire`` source (no Spark in here).
 
 * :class:`TopicSelector` — ``topic`` | ``topics`` | ``topicsPattern`` resolved to
-  topic-partition names (a partitioned topic expands to its partitions).
+  topic-partition names (a partitioned topic expands to its partitions). The source never
+  creates a topic: metadata is asked with ``metadata_auto_creation_enabled=false`` and the
+  zero-permit consumers subscribe with ``force_topic_creation=false``, so a named topic that
+  does not exist is a :class:`~pipelines.errors.MissingTopicError` naming the namespace's
+  closest topics (:func:`missing_topic`) — or, for a stream that opted in
+  (``waitForTopic``), a topic left out until it is created.
 * :class:`Planner` — holds one pulsarwire client on the driver and answers the
   questions a micro-batch needs: which partitions exist now, the last message
   of each (GET_LAST_MESSAGE_ID), the position just before the first message
@@ -22,6 +27,7 @@ without limits nothing is scanned.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 import threading
@@ -33,9 +39,9 @@ from typing import Any
 from pulsarwire.client.core import topic_name
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import CorruptMessageError as CorruptEntry
-from pulsarwire.errors import OperationTimeoutError
+from pulsarwire.errors import OperationTimeoutError, PulsarWireError, TopicNotFound
 
-from .errors import CorruptMessageError, OptionError, PipelinesError
+from .errors import CorruptMessageError, MissingTopicError, OptionError, PipelinesError
 from .options import ClientSettings
 from .positions import Offsets, Position, partition_of
 
@@ -82,13 +88,46 @@ class TopicSelector:
         return "/".join(self.pattern.split("://", 1)[1].split("/")[:2])
 
     def resolve(self, client: Any) -> list[str]:
-        """Every topic-partition selected now, sorted."""
+        """Every topic-partition selected now, sorted (without creating any topic).
+
+        A named topic the broker does not know raises MissingTopicError; one it answers
+        "0 partitions" for is listed as is (:meth:`Planner.partitions` checks that it exists).
+        """
         found: set[str] = set()
         if self.pattern is not None:
             found.update(client.get_topics_of_namespace(self.namespace(), self.pattern))
         for t in self.topics:
-            found.update(client.get_topic_partitions(t))
+            try:
+                found.update(client.get_topic_partitions(t, create=False))
+            except TopicNotFound:
+                raise missing_topic(client, t) from None
         return sorted(found)
+
+
+def _namespace_of(topic: str) -> str:
+    return "/".join(topic.split("://", 1)[-1].split("/")[:2])
+
+
+def _short(topic: str) -> str:
+    return topic.split("://", 1)[-1].split("/", 2)[-1]
+
+
+def missing_topic(client: Any, topic: str) -> MissingTopicError:
+    """The error for ``topic`` not existing, with the namespace's closest existing topics.
+
+    The namespace is listed (GET_TOPICS_OF_NAMESPACE) for the suggestions only: when the role
+    may not list it, the error just names the topic.
+    """
+    namespace = _namespace_of(topic)
+    try:
+        names = client.get_topics_of_namespace(namespace)
+    except PulsarWireError as exc:
+        log.debug("listing %s for suggestions failed: %s", namespace, exc)
+        return MissingTopicError(topic, namespace, (), listed=False)
+    parents = sorted({re.sub(r"-partition-\d+$", "", n) for n in names} - {topic})
+    by_short = {_short(n): n for n in parents}
+    near = difflib.get_close_matches(_short(topic), list(by_short), n=3, cutoff=0.5)
+    return MissingTopicError(topic, namespace, tuple(near))
 
 
 class PlanCancelled(PipelinesError):
@@ -133,6 +172,7 @@ class Planner:
         subscription: str | None = None,
         poll_timeout_ms: int = 30_000,
         on_corrupt: str = "raise",
+        wait_for_topics: bool = False,
     ) -> None:
         self.settings = settings
         self.selector = selector
@@ -140,8 +180,10 @@ class Planner:
         self.poll_timeout_ms = poll_timeout_ms
         #: what a scan makes of a corrupt entry (``read_arrow``'s on_corrupt: a row counts like any)
         self.on_corrupt = on_corrupt
+        self.wait_for_topics = wait_for_topics
         self._client: Any = None
         self._watchers: dict[str, Any] = {}  # topic-partition -> zero-permit consumer
+        self._waiting: set[str] = set()  # named topics that do not exist yet (wait_for_topics)
 
     # -- plumbing -------------------------------------------------------------------
     @property
@@ -176,13 +218,43 @@ class Planner:
                 receiver_queue_size=0,
                 durable=durable,
                 ack_group_time_ms=0,  # a release is sent at once: lag figures follow it
+                # never create a topic by reading it (a partition exists with its partitioned topic)
+                force_topic_creation=partition_of(tp) >= 0,
             )
             self._watchers[tp] = w
         return w
 
     # -- questions ------------------------------------------------------------------
     def partitions(self) -> list[str]:
-        return self.selector.resolve(self.client)
+        """Every topic-partition selected now, sorted; no topic is created by asking.
+
+        A named topic that does not exist raises MissingTopicError, or with
+        ``wait_for_topics`` is left out (and logged once) until it exists.
+        """
+        found: set[str] = set()
+        if self.selector.pattern is not None:
+            found.update(
+                self.client.get_topics_of_namespace(self.selector.namespace(), self.selector.pattern)
+            )
+        for t in self.selector.topics:
+            try:
+                parts = TopicSelector(topics=(t,)).resolve(self.client)
+                if parts == [t]:  # not partitioned, or missing on a broker that answers 0 for it
+                    self._watcher(t)
+            except (MissingTopicError, TopicNotFound) as exc:
+                if not self.wait_for_topics:
+                    if isinstance(exc, MissingTopicError):
+                        raise
+                    raise missing_topic(self.client, t) from None
+                if t not in self._waiting:
+                    log.warning("topic %s does not exist yet: waiting for it to be created", t)
+                    self._waiting.add(t)
+                continue
+            if t in self._waiting:
+                log.info("topic %s exists now", t)
+                self._waiting.discard(t)
+            found.update(parts)
+        return sorted(found)
 
     def latest(self, partitions: Iterable[str]) -> Offsets:
         """The position of the last message of each partition (EARLIEST when it is empty)."""
@@ -209,6 +281,7 @@ class Planner:
         """
         if self.subscription is None:
             return
+        acked = []
         for tp, pos in offsets.items():
             if pos.is_earliest or pos.entry_id < 0:
                 continue
@@ -218,7 +291,13 @@ class Planner:
                 target = MessageId(pos.ledger_id, pos.entry_id - 1, partition_of(tp))
             else:
                 target = MessageId(pos.ledger_id, pos.entry_id, partition_of(tp))
-            self._watcher(tp).acknowledge_cumulative(target)
+            watcher = self._watcher(tp)
+            watcher.acknowledge_cumulative(target)
+            acked.append(watcher)
+        # An ack has no answer; a request after it on the same connection is answered once the
+        # broker has handled it, so backlog figures read from now on include the release.
+        for watcher in acked:
+            watcher.get_backlog()
 
     def position_before_time(self, tp: str, time_ms: int) -> Position | None:
         """The position just before the first message of ``tp`` published at or after ``time_ms``.

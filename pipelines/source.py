@@ -14,7 +14,15 @@ Where a range's start no longer exists (retention, trimming), the first entry
 the broker delivers is not adjacent to the start: with ``failOnDataLoss=true``
 (default) the task fails with :class:`~pipelines.errors.DataLossError` naming the
 topic-partition and the missing range; with ``false`` the gap is logged and
-reading continues.
+reading continues. Where a stream's start (its checkpoint or the offset store) is
+past the partition's last message — the broker's data was reset, the job points at
+another cluster, the topic was recreated — the driver stops before reading with
+:class:`~pipelines.errors.OffsetsAheadError`; with ``failOnDataLoss=false`` it logs a
+warning and reads that partition from its earliest message. Checked when the stream
+starts and for every batch.
+
+The source never creates a topic (:mod:`pipelines.planner`): a named topic that does
+not exist fails the query, unless a stream sets ``waitForTopic=true`` and waits for it.
 
 A message that cannot be decoded (a corrupt entry: checksum, compression, batch
 layout, a batch count that lies) is handled by ``onCorruptMessage``: ``fail``
@@ -66,7 +74,7 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import CorruptMessageError as CorruptEntry
 from pulsarwire.errors import OperationTimeoutError
 
-from .errors import CorruptMessageError, DataLossError, OptionError
+from .errors import CorruptMessageError, DataLossError, OffsetsAheadError, OptionError
 from .options import (
     ClientSettings,
     Spec,
@@ -123,6 +131,7 @@ KNOWN_OPTIONS = {
     "job",
     "receiverqueuesize",
     "oncorruptmessage",
+    "waitfortopic",
 }
 
 #: onCorruptMessage values, the default first
@@ -225,6 +234,8 @@ class SourceOptions:
         scan fails too, otherwise it counts as one row (the executors skip or quarantine it)."""
         return "raise" if self.on_corrupt == "fail" else "rows"
 
+    wait_for_topic: bool = False
+
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
         unknown = sorted(
@@ -262,6 +273,9 @@ class SourceOptions:
         if streaming and not subscription:
             digest = hashlib.sha1(repr((selector, options.get("job"))).encode()).hexdigest()[:12]
             subscription = f"pipelines-{digest}"
+        wait_for_topic = opt_bool(options, "waitForTopic", False)
+        if wait_for_topic and not streaming:
+            raise OptionError("waitForTopic", "only for streaming queries (spark.readStream)")
         store = options.get("offsetStore")
         job = options.get("job")
         if store is not None and not job:
@@ -286,6 +300,7 @@ class SourceOptions:
             job=job,
             schema_mode=schema_mode(options),
             on_corrupt=on_corrupt_mode(options),
+            wait_for_topic=wait_for_topic,
         )
 
 
@@ -599,6 +614,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 subscription=self.opts.subscription,
                 poll_timeout_ms=self.opts.poll_timeout_ms,
                 on_corrupt=self.opts.scan_on_corrupt,
+                wait_for_topics=self.opts.wait_for_topic,
             )
         return self._planner
 
@@ -617,6 +633,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stored = self._stored()
         if stored is not None:
             log.info("job %s resumes from the offset store: %s", self.opts.job, stored.to_json())
+            stored = stored.updated(self._past_end(stored, latest, "stored"))
             start = Offsets({tp: stored.get(tp, Position.EARLIEST) for tp in parts}).updated(stored)
         else:
             start = resolve_start(self.planner, self.opts.starting, parts, latest)
@@ -664,6 +681,32 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     pos,
                 )
 
+    def _past_end(self, start: Offsets, latest: Offsets, where: str) -> dict[str, Position]:
+        """Partitions whose ``start`` is past their last message → EARLIEST (failOnDataLoss=false).
+
+        With failOnDataLoss=true raises OffsetsAheadError for the first one instead.
+        """
+        ahead = {tp: pos for tp, pos in start.items() if tp in latest and pos > latest[tp]}
+        for tp, pos in ahead.items():
+            if self.opts.fail_on_data_loss:
+                raise OffsetsAheadError(
+                    tp,
+                    str(pos),
+                    str(latest[tp]),
+                    where,
+                    "; reset the job's positions (pipelines offsets reset JOB --to earliest --yes) or set "
+                    "failOnDataLoss=false to read the partition again from its earliest message",
+                )
+            log.warning(
+                "%s: the %s position %s is past the topic's end %s (data reset, another cluster or a "
+                "recreated topic): reading this partition from its earliest message",
+                tp,
+                where,
+                pos,
+                latest[tp],
+            )
+        return {tp: Position.EARLIEST for tp in ahead}
+
     def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
         begin = Offsets.from_dict(start, "offsets")
         if self._first_call:
@@ -671,12 +714,13 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._on_restart(begin)
         parts = self.planner.partitions()
         latest = self.planner.latest(parts)
+        restart = self._past_end(begin, latest, "checkpointed")
         if self._target is not None:
             latest = Offsets({tp: min(latest[tp], self._target[tp]) for tp in parts if tp in self._target})
         new = [tp for tp in latest if tp not in begin]
         if new:
             log.info("new topic-partitions, read from the earliest message: %s", ", ".join(new))
-        full_start = Offsets({tp: begin.get(tp, Position.EARLIEST) for tp in latest})
+        full_start = Offsets({tp: begin.get(tp, Position.EARLIEST) for tp in latest}).updated(restart)
         self._latest = latest
         if isinstance(limit, ReadAllAvailable):
             end = latest
@@ -752,7 +796,10 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if self._latest is None else self._latest.to_dict()
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[InputPartition]:
-        return _ranges(self.opts, Offsets.from_dict(start, "offsets"), Offsets.from_dict(end, "offsets"))
+        begin, stop = Offsets.from_dict(start, "offsets"), Offsets.from_dict(end, "offsets")
+        # a start past the end was let through by latestOffset (failOnDataLoss=false): read from earliest
+        again = {tp: Position.EARLIEST for tp, pos in stop.items() if tp in begin and begin[tp] > pos}
+        return _ranges(self.opts, begin.updated(again), stop)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if partition is None or partition.value is None:  # Spark reads one empty split when there are none

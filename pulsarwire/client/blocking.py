@@ -506,20 +506,44 @@ class Client(_Closeable):
             if not self._stopped:  # an abandoned iteration still closes its reader
                 self._run(agen.aclose())
 
-    def get_topic_partitions(self, topic: str) -> list[str]:
+    def check_connection(self, timeout_seconds: float = 5.0) -> str:
+        """Connect to the service URL once, without retries (a preflight before long work).
+
+        Parameters
+        ----------
+        timeout_seconds: float, default=5.0
+            How long each host of the service URL may take to complete the handshake.
+
+        Returns
+        -------
+        str
+            The URL of the host that answered.
+
+        Raises
+        ------
+        ConnectError
+            No host completed the handshake (``retriable`` is False when trying again cannot help:
+            unknown host, a port that does not speak the Pulsar protocol).
+        """
+        return self._run(self._core.check_connection(timeout_seconds))
+
+    def get_topic_partitions(self, topic: str, *, create: bool = True) -> list[str]:
         """The partitions of a topic (the topic itself when it is not partitioned).
 
         Parameters
         ----------
         topic: str
             The topic name.
+        create: bool, default=True
+            Whether the broker may create a missing topic to answer (False: a missing topic is
+            TopicNotFound, as Pulsar answers when auto-creation is not asked for).
 
         Returns
         -------
         list of str
             Fully qualified names (``persistent://public/default/t-partition-0``, ...).
         """
-        return self._run(self._core.get_topic_partitions(topic))
+        return self._run(self._core.get_topic_partitions(topic, create=create))
 
     def get_schema(self, topic: str, version: bytes | None = None) -> SchemaInfo | None:
         """The topic's schema (GET_SCHEMA). Not in the official client.
@@ -1093,7 +1117,11 @@ class Consumer(_Receiving):
         return self._client._run(self._core.get_last_message_id())
 
     def get_backlog(self) -> dict[str, int]:
-        """topic-partition → messages not yet acknowledged on this subscription, as the broker counts."""
+        """topic-partition → messages not yet acknowledged on this subscription, as the broker counts.
+
+        Acknowledgements made before the call go out first: the answer includes them.
+        """
+        self._calls.drain()
         return self._client._run(self._core.backlog())
 
     def unsubscribe(self) -> None:

@@ -126,6 +126,7 @@ class ConsumerConfig:
     max_message_size: int | None = None
     dead_letter_policy: DeadLetterPolicy | None = None
     key_shared_policy: KeySharedPolicy | None = None
+    force_topic_creation: bool = True  # False: a missing topic is TopicNotFound, not created
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +311,7 @@ class PartitionConsumer(Handler):
         s.durable = cfg.durable
         s.initialPosition = cast(Any, cfg.initial_position)
         s.read_compacted = cfg.is_read_compacted
+        s.force_topic_creation = cfg.force_topic_creation
         policy = cfg.key_shared_policy
         if policy is not None and cfg.consumer_type == SubType.Key_Shared:
             meta = s.keySharedMeta

@@ -28,6 +28,7 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
     ClientError,
+    ConnectError,
     InvalidBrokerUrlError,
     InvalidConfigurationError,
     PulsarWireError,
@@ -217,11 +218,37 @@ class AsyncClient:
             )
         return url
 
+    async def check_connection(self, timeout: float) -> str:
+        """Connect to the service URL once, without retries: the URL that answered.
+
+        Each host of a multi-host URL is tried in turn, each for at most ``timeout`` seconds.
+        Raises the first host's error when none completes the handshake: a ConnectError
+        (``retriable=False`` when trying again cannot help), AuthenticationError, ...
+        """
+        first: BaseException | None = None
+        for url in self.service_urls:
+            try:
+                await asyncio.wait_for(self.pool.get(url), timeout)
+                return url
+            except TimeoutError as exc:
+                first = first or ConnectError(f"cannot connect to {url}: no answer within {timeout:g} s")
+                first.__cause__ = first.__cause__ or exc
+            except PulsarWireError as exc:
+                first = first or exc
+        assert first is not None
+        raise first
+
     async def connection_for(self, topic: str) -> Connection:
         url = await self.lookup(topic)
         return await self.pool.get(url)
 
-    async def get_partitioned_metadata(self, topic: str) -> int:
+    async def get_partitioned_metadata(self, topic: str, *, create: bool = True) -> int:
+        """The number of partitions of ``topic`` (0: not partitioned).
+
+        With ``create=False`` the broker is asked not to create a missing topic
+        (``metadata_auto_creation_enabled``); a broker that knows the flag answers
+        TopicNotFound for it, others may answer 0.
+        """
         topic = topic_name(topic)
 
         async def attempt() -> int:
@@ -230,6 +257,8 @@ class AsyncClient:
             conn = await self._service_connection()
             cmd, pm = new_command(T.PARTITIONED_METADATA)
             pm.topic = topic
+            if not create:
+                pm.metadata_auto_creation_enabled = False
             resp = await conn.request(cmd, self.operation_timeout)
             if resp.is_error:
                 raise resp.error()
@@ -240,9 +269,9 @@ class AsyncClient:
 
         return int(await self._with_retries(f"partitioned metadata of {topic}", attempt))
 
-    async def get_topic_partitions(self, topic: str) -> list[str]:
+    async def get_topic_partitions(self, topic: str, *, create: bool = True) -> list[str]:
         topic = topic_name(topic)
-        n = await self.get_partitioned_metadata(topic)
+        n = await self.get_partitioned_metadata(topic, create=create)
         return [f"{topic}-partition-{i}" for i in range(n)] if n else [topic]
 
     async def get_schema(self, topic: str, version: bytes | None = None) -> SchemaInfo | None:
@@ -337,7 +366,7 @@ class AsyncClient:
         return names
 
     async def _add_topic(self, consumer: Consumer, topic: str, config: ConsumerConfig) -> None:
-        n = await self.get_partitioned_metadata(topic)
+        n = await self.get_partitioned_metadata(topic, create=config.force_topic_creation)
         names = [f"{topic}-partition-{i}" for i in range(n)] if n else [topic]
         parts = [
             PartitionConsumer(self, name, i if n else -1, config, consumer.queue)

@@ -4,21 +4,29 @@
 or ``pulsar+ssl://host:port``), opening it on first use and again after it
 closed. Concurrent callers share one attempt. TLS uses the configured CA file
 and checks the broker's host name unless ``tls_validate_hostname`` is False.
+A failed open is a ConnectError; it is not retriable (``retriable=False``) when
+trying again cannot help: a certificate that does not verify, a host name that
+does not exist (NXDOMAIN), a port that answers CONNECT with something that is
+not Pulsar (an HTTP server, say).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from pulsarwire.errors import ConnectError, InvalidBrokerUrlError, PulsarWireError
+from pulsarwire.errors import ConnectError, InvalidBrokerUrlError, PulsarWireError, RemoteProtocolError
 from pulsarwire.protocol.connection import ClientProtocol
 
 from .connection import Connection
+
+#: getaddrinfo errors that retrying cannot heal (the name does not exist)
+_NO_SUCH_NAME = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, n)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +135,17 @@ class ConnectionPool:
                 self.connect_timeout,
             )
             await asyncio.wait_for(asyncio.shield(conn.ready), self.connect_timeout)
+        except RemoteProtocolError as exc:  # the answer to CONNECT is not Pulsar: another service
+            raise ConnectError(
+                f"cannot connect to {url}: the port does not speak the Pulsar protocol ({exc})",
+                retriable=False,
+            ) from exc
         except PulsarWireError:
             raise
+        except socket.gaierror as exc:  # a name that does not exist stays so; a DNS hiccup may pass
+            raise ConnectError(
+                f"cannot connect to {url}: {exc}", retriable=exc.errno not in _NO_SUCH_NAME
+            ) from exc
         except ssl.SSLCertVerificationError as exc:
             raise ConnectError(f"cannot connect to {url}: {exc}", retriable=False) from exc
         except (OSError, TimeoutError, ssl.SSLError) as exc:

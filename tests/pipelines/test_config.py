@@ -986,6 +986,7 @@ def test_cli_hands_jobs_to_the_runner(project: Path, monkeypatch: pytest.MonkeyP
     fake.backfill = lambda job, args: calls.append(("backfill", job, args)) or 0  # type: ignore[attr-defined]
     fake.offsets_command = lambda job, args: calls.append(("offsets", job, args)) or 3  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pipelines.runner", fake)
+    monkeypatch.setattr("pipelines.preflight.check", lambda job, command: None)  # no broker here
     write(project, "jobs/a.yaml", INGEST)
 
     assert run_cli("run", "jobs/a.yaml", "--set", "name=z")[0] == 0

@@ -1,0 +1,218 @@
+"""Every code block of README.md and docs/*.md runs as written, in a clean environment.
+
+A user copies a block into a fresh shell: no ``PYSPARK_PYTHON``, no activated virtualenv,
+the working directory a checkout (``jobs/``, ``conf/`` and the ``.venv`` that ``make``
+creates). Each block runs the same way here, in its own process, with only ``PATH``,
+``HOME`` and ``PYTHONPATH`` set — ``PYTHONPATH`` points at this checkout so that its code is
+the one tested; in a ``make`` checkout the ``.venv`` has that same code installed:
+
+* ``python`` blocks: ``.venv/bin/python`` reads the block from stdin;
+* ``bash`` blocks: ``bash -e``; a broker they start on port 6650 gets a free port instead
+  (and ``PULSAR_URL`` says which), the only change made to a block;
+* ``yaml`` blocks: the README's is ``jobs/orders_ingest.yaml`` byte for byte, and the job
+  of docs/jobs.md validates.
+
+Plain and ``text`` blocks are output shown, not code. :data:`NOT_RUN` lists the few blocks
+that are not run, each with the reason; ``test_every_block_is_run_or_excused`` fails for a
+new block that is neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+VENV = Path(sys.prefix)
+
+
+@dataclass(frozen=True)
+class Block:
+    file: str
+    line: int
+    lang: str
+    code: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def blocks() -> list[Block]:
+    found = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for m in re.finditer(r"^```(\w*)\n(.*?)^```", text, flags=re.S | re.M):
+            line = text.count("\n", 0, m.start()) + 1
+            found.append(Block(str(path.relative_to(ROOT)), line, m.group(1), m.group(2)))
+    return found
+
+
+BLOCKS = blocks()
+PYTHON = [b for b in BLOCKS if b.lang == "python"]
+
+#: blocks not run, by file and first line, with the reason
+NOT_RUN = {
+    ("README.md", "make test"): "make test is this test suite; make run is the demo tests/pipelines runs",
+    ("docs/broker.md", "python -m pulsarwire.broker --port 6650"): "a synopsis ([optional] arguments)",
+    (
+        "docs/broker.md",
+        "# a secret key",
+    ): "server set-up writing /etc and /var/lib; broker.md is the broker's",
+}
+
+
+def excused(block: Block) -> bool:
+    return any(block.file == f and block.code.startswith(start) for f, start in NOT_RUN)
+
+
+# -- the clean shell -----------------------------------------------------------------------------
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A directory like a fresh checkout after ``make setup``: jobs/, conf/, .venv."""
+    home = tmp_path / "checkout"
+    home.mkdir()
+    for name in ("jobs", "conf"):
+        shutil.copytree(ROOT / name, home / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (home / ".venv").symlink_to(VENV)
+    return home
+
+
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "PYTHONPATH": str(ROOT), **extra}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def shell(code: str, port: int) -> str:
+    return code.replace("--port 6650", f"--port {port}")
+
+
+def run_bash(
+    code: str, cwd: Path, env: dict[str, str], timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``bash -e`` in its own process group; whatever it left running is stopped after."""
+    proc = subprocess.Popen(
+        ["bash", "-e", "-c", code],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.fixture
+def broker_block(checkout: Path) -> Iterator[str]:
+    """The README's quick-start broker command, running (on a free port) while the test runs."""
+    (block,) = [b for b in BLOCKS if b.file == "README.md" and "-m pulsarwire.broker" in b.code]
+    port = free_port()
+    code = shell(block.code, port).replace("/tmp/pw-data", str(checkout / "pw-data"))
+    proc = subprocess.Popen(
+        ["bash", "-e", "-c", code],
+        cwd=checkout,
+        env=clean_env(checkout),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the README's broker did not start"
+            time.sleep(0.1)
+    yield f"pulsar://127.0.0.1:{port}"
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(30)
+
+
+# -- the tests -------------------------------------------------------------------------------------
+def test_readme_yaml_is_the_job_file() -> None:
+    (block,) = [b for b in BLOCKS if b.file == "README.md" and b.lang == "yaml"]
+    assert block.code == (ROOT / "jobs" / "orders_ingest.yaml").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=[b.id for b in PYTHON])
+def test_python_block_runs_in_a_clean_environment(block: Block, checkout: Path) -> None:
+    proc = subprocess.run(
+        [str(checkout / ".venv" / "bin" / "python"), "-"],
+        input=block.code,
+        cwd=checkout,
+        env=clean_env(checkout),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"{block.id}\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_jobs_md_job_validates(checkout: Path) -> None:
+    (block,) = [b for b in BLOCKS if b.file == "docs/jobs.md" and b.lang == "yaml"]
+    (checkout / "jobs" / "key_by_key.yaml").write_text(block.code)
+    proc = run_bash(".venv/bin/pipelines validate jobs/key_by_key.yaml", checkout, clean_env(checkout))
+    assert proc.returncode == 0 and proc.stdout == "ok  jobs/key_by_key.yaml\n", proc.stdout + proc.stderr
+
+
+def test_readme_commands_run(checkout: Path, broker_block: str) -> None:
+    (block,) = [b for b in BLOCKS if b.file == "README.md" and "pipelines validate" in b.code]
+    proc = run_bash(block.code, checkout, clean_env(checkout, PULSAR_URL=broker_block))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ok  jobs/orders_ingest.yaml" in proc.stdout
+    assert "[orders_ingest] done: " in proc.stdout and "orders_raw has 1000 rows" in proc.stdout
+    assert "no messages in this window" in proc.stdout
+    assert "backlog 0 messages" in proc.stdout and "positions reset to" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_jobs_md_commands_run(checkout: Path) -> None:
+    (block,) = [b for b in BLOCKS if b.file == "docs/jobs.md" and b.lang == "bash"]
+    port = free_port()
+    env = clean_env(checkout, PULSAR_URL=f"pulsar://127.0.0.1:{port}")
+    proc = run_bash(shell(block.code, port), checkout, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[orders_publish] done: " in proc.stdout and "published through version" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_every_block_is_run_or_excused() -> None:
+    run_by_tests = {"python", "yaml"}
+    shell_blocks = {
+        ("README.md", "pipelines validate"),
+        ("README.md", "-m pulsarwire.broker"),
+        ("docs/jobs.md", "pipelines validate"),
+    }
+    for block in BLOCKS:
+        if block.lang in ("", "text") or excused(block) or block.lang in run_by_tests:
+            continue
+        assert any(block.file == f and key in block.code for f, key in shell_blocks), (
+            f"{block.id}: a {block.lang} block no test runs: run it or add it to NOT_RUN with a reason"
+        )
+    assert all(any(excused(b) for b in BLOCKS if b.file == f) for f, _ in NOT_RUN)
