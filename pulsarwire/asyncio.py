@@ -405,6 +405,7 @@ class Client(_AsyncCloseable):
         ack_group_time_ms: int = 100,
         expire_time_of_incomplete_chunked_message_ms: int = 60000,
         max_message_size: int | None = None,
+        force_topic_creation: bool = True,
     ) -> Consumer:
         core = await self._core.subscribe(topic, subscription_name, **_subscribe_options(locals()))
         return Consumer(core)
@@ -425,8 +426,8 @@ class Client(_AsyncCloseable):
         return Reader(core)
 
     @_doc(_blocking.Client.get_topic_partitions)
-    async def get_topic_partitions(self, topic: str) -> list[str]:
-        return await self._core.get_topic_partitions(topic)
+    async def get_topic_partitions(self, topic: str, *, create: bool = True) -> list[str]:
+        return await self._core.get_topic_partitions(topic, create=create)
 
     async def close(self) -> None:
         """Close every producer, consumer and reader, then the connections. Closing it again does

@@ -324,6 +324,7 @@ class Client(_Closeable):
         ack_group_time_ms: int = 100,
         expire_time_of_incomplete_chunked_message_ms: int = 60000,
         max_message_size: int | None = None,
+        force_topic_creation: bool = True,
     ) -> Consumer:
         """Subscribe to a topic, a list of topics or a regex of topics.
 
@@ -374,6 +375,9 @@ class Client(_Closeable):
             A chunked message still incomplete after this long is given up.
         max_message_size: int, optional
             Decompression limit; by default the broker's ``max_message_size``.
+        force_topic_creation: bool, default=True
+            Let the broker create a missing topic (as the official client always does); False:
+            a missing topic is TopicNotFound (the pipelines source never creates topics).
 
         Returns
         -------

@@ -140,11 +140,13 @@ SUBSCRIBE_EXTRA = {
     "ack_group_time_ms",
     "expire_time_of_incomplete_chunked_message_ms",
     "max_message_size",
+    "force_topic_creation",
 }
 EXTRA: dict[str, set[str]] = {
     "Client.__init__": CLIENT_EXTRA,
     "Client.create_producer": {"hashing_scheme"},
     "Client.subscribe": SUBSCRIBE_EXTRA,
+    "Client.get_topic_partitions": {"create"},  # False: ask without creating (pipelines' source)
     "Producer.__init__": {"client", "core"},
     "Consumer.__init__": {"client", "core"},
     "Reader.__init__": {"client", "core"},
@@ -165,6 +167,7 @@ EXTRA: dict[str, set[str]] = {
     | CLIENT_EXTRA,
     "asyncio.Client.create_producer": {"hashing_scheme"},
     "asyncio.Client.subscribe": SUBSCRIBE_EXTRA | {"pattern_auto_discovery_period"},
+    "asyncio.Client.get_topic_partitions": {"create"},
     "asyncio.Producer.__init__": {"core"},
     "asyncio.Consumer.__init__": {"core"},
     "asyncio.Reader.__init__": {"core"},
