@@ -453,7 +453,17 @@ def test_progress_lines_give_the_lag_in_messages(spark: Any, broker: Broker, pro
 
 
 # -- Ctrl-C and SIGTERM ------------------------------------------------------------------------------
-def start_run(broker: Broker, data: Path, *args: str) -> tuple[subprocess.Popen[str], list[str]]:
+class Lines(list[str]):
+    """A process's stdout lines, collected by a thread; :meth:`complete` waits for the last ones."""
+
+    reader: threading.Thread
+
+    def complete(self) -> Lines:
+        self.reader.join(30)
+        return self
+
+
+def start_run(broker: Broker, data: Path, *args: str) -> tuple[subprocess.Popen[str], Lines]:
     """``pipelines run`` in its own process group (as a shell runs it); stdout lines collected."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipelines", "run", INGEST, *args],
@@ -464,10 +474,10 @@ def start_run(broker: Broker, data: Path, *args: str) -> tuple[subprocess.Popen[
         text=True,
         start_new_session=True,
     )
-    lines: list[str] = []
+    lines = Lines()
     assert proc.stdout is not None
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
-    reader.start()
+    lines.reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    lines.reader.start()
     return proc, lines
 
 
@@ -513,13 +523,13 @@ def test_ctrl_c_and_sigterm_stop_cleanly_and_a_rerun_is_exactly_once(broker: Bro
     t = time.monotonic()
     code = proc.wait(60)
     err = proc.stderr.read() if proc.stderr else ""
-    assert code == 130 and time.monotonic() - t < 30
+    assert code == 130 and time.monotonic() - t < 30, (code, err, lines.complete())
     assert no_trace(err), err
     assert [line for line in err.splitlines() if "SIGINT" in line] == [
         "[orders_ingest] SIGINT: stopping after the current batch (Ctrl-C again to stop at once)"
     ]
     assert len(err.splitlines()) <= 2  # that line and the JVM's own "Using incubator modules"
-    assert "stopped (rerun to continue)" in lines[-1]
+    assert "stopped (rerun to continue)" in lines.complete()[-1]
     assert group_ends(proc.pid)  # no JVM or Python worker left behind
     stopped_at = len(order_ids(tmp_path))
     assert 0 < stopped_at < 6000 and stopped_at % 500 == 0  # whole batches only
@@ -530,8 +540,8 @@ def test_ctrl_c_and_sigterm_stop_cleanly_and_a_rerun_is_exactly_once(broker: Bro
     os.kill(proc.pid, signal.SIGTERM)
     code = proc.wait(60)
     err = proc.stderr.read() if proc.stderr else ""
-    assert code == 143 and no_trace(err) and len(err.splitlines()) <= 2, err
-    assert "stopped (rerun to continue)" in lines[-1] and group_ends(proc.pid)
+    assert code == 143 and no_trace(err) and len(err.splitlines()) <= 2, (code, err, lines.complete())
+    assert "stopped (rerun to continue)" in lines.complete()[-1] and group_ends(proc.pid)
     assert len(order_ids(tmp_path)) % 500 == 0
 
     # Ctrl-C twice (impatient): the second stops at once, mid-batch, still without a trace
@@ -542,7 +552,7 @@ def test_ctrl_c_and_sigterm_stop_cleanly_and_a_rerun_is_exactly_once(broker: Bro
     os.killpg(proc.pid, signal.SIGINT)
     code = proc.wait(60)
     err = proc.stderr.read() if proc.stderr else ""
-    assert code == 130 and no_trace(err), err
+    assert code == 130 and no_trace(err), (code, err, lines.complete())
     assert "SIGINT again: stopping now" in err
     assert group_ends(proc.pid)
 
