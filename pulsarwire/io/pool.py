@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from pulsarwire.errors import ConnectError, InvalidBrokerUrlError, PulsarWireError
 from pulsarwire.protocol.connection import ClientProtocol
 
-from .connection import Connection
+from .connection import Connection, credentials
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +102,7 @@ class ConnectionPool:
     async def _open(self, url: str) -> Connection:
         tls, host, port = parse_broker_url(url)
         method = self.auth.method if self.auth is not None else None
-        data = self.auth.auth_data() if self.auth is not None else None
+        data = await credentials(self.auth) if self.auth is not None else None
         proto = ClientProtocol(
             client_version=self.client_version,
             auth_method=method,
