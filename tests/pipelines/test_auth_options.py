@@ -18,7 +18,7 @@ from pipelines.auth import CLASS_OF, parse_auth
 from pipelines.config import load_job, redacted
 from pipelines.errors import JobError, OptionError
 from pipelines.options import client_settings
-from pulsarwire.broker import Broker, Grants, TokenAuth
+from pulsarwire.broker import Authentication, Broker, Grants, TokenAuth
 from pulsarwire.client.auth import AuthenticationBasic, AuthenticationToken
 from pulsarwire.client.oauth2 import AuthenticationOauth2
 from tests.helpers.oauth2_issuer import LocalIssuer
@@ -207,3 +207,40 @@ def test_spark_read_and_write_with_oauth2_options(
     got = reader.option("topic", topic_name).load().select("key", "value").collect()
     assert sorted((bytes(r.key).decode(), bytes(r.value)) for r in got) == sorted(rows)
     assert issuer.issued  # the broker let in only clients holding the issuer's tokens
+
+
+def test_pipelines_run_with_an_oauth2_profile(
+    spark: Any, issuer: LocalIssuer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pipelines run jobs/orders_ingest.yaml --env <profile with auth.oauth2>``: the job reads
+    with the issuer's token (only the role "spark" may consume; the demo producer is anonymous)."""
+    from deltalake import DeltaTable
+
+    from pipelines.cli import main as cli
+    from pipelines.demo import produce
+
+    root = Path(__file__).resolve().parents[2]
+    local = (root / "conf" / "local.yaml").read_text()
+    profile = tmp_path / "oauth2.yaml"
+    profile.write_text(
+        local.replace(
+            "pulsar:\n  service_url: ${env:PULSAR_URL:-pulsar://127.0.0.1:6650}\n",
+            "pulsar:\n  service_url: ${env:PULSAR_URL}\n  client:\n    auth:\n      oauth2:\n"
+            "        issuer_url: ${env:ISSUER}\n        private_key: ${env:KEY_FILE}\n",
+        )
+    )
+    assert "auth:" in profile.read_text()
+    grants = Grants.of("spark:public/default:produce,consume", "demo:public/default:produce")
+    auth = Authentication(TokenAuth(public_key=issuer.public_key_pem), anonymous_role="demo")
+    with Broker(auth=auth, grants=grants) as b:
+        monkeypatch.setenv("PULSAR_URL", b.service_url)
+        monkeypatch.setenv("PIPELINES_DATA_DIR", str(tmp_path / "data"))
+        monkeypatch.setenv("ISSUER", issuer.url)
+        monkeypatch.setenv("KEY_FILE", str(issuer.credentials_file(tmp_path, "spark", SECRET)))
+        monkeypatch.chdir(root)
+        produce(b.service_url, "orders", 50)
+        before = len(issuer.issued)
+        assert cli(["run", "jobs/orders_ingest.yaml", "--env", str(profile)]) == 0
+        table = DeltaTable(str(tmp_path / "data" / "tables" / "orders_raw")).to_pyarrow_table()
+        assert sorted(table.column("order_id").to_pylist()) == list(range(50))
+        assert len(issuer.issued) > before
