@@ -183,6 +183,10 @@ class Connection(asyncio.Protocol):
         except PulsarWireError as exc:
             log.warning("%s: cannot refresh credentials: %s", self.url, exc)
             return
+        except Exception as exc:  # a provider's bug: named by type only (its message may hold a secret)
+            name = type(exc).__name__
+            log.warning("%s: cannot refresh credentials: the provider raised %s", self.url, name)
+            return
         if self.is_closed:
             return
         self.proto.answer_auth_challenge(auth.method, data)
