@@ -6,7 +6,8 @@
 * ``POST /oauth/token`` -- the client-credentials grant: form fields ``client_id`` and
   ``client_secret`` checked against ``clients``; answers an RS256 JWT (``sub`` = the client id,
   ``aud`` = the requested audience, ``exp`` = now + ``expires_in``) signed with a key made at
-  start, 401 ``invalid_client`` for wrong credentials, or 503 while ``down`` is set.
+  start, 401 ``invalid_client`` for wrong credentials, or 503 while ``down`` is set; while
+  ``gate`` holds an Event it answers only once that event is set (or after 5 s).
 
 ``public_key_pem`` is what a broker verifies the tokens with; ``token_requests`` counts
 token requests (also those answered 503); ``stop()`` closes the socket so the issuer is
@@ -34,6 +35,10 @@ class LocalIssuer:
         self.clients = dict(clients)
         self.expires_in = expires_in
         self.down = False
+        #: when set, the token endpoint waits (at most 5 s) for this event before answering;
+        #: ``gate_results`` records whether it was set in time
+        self.gate: threading.Event | None = None
+        self.gate_results: list[bool] = []
         self.token_requests = 0
         self.issued: list[dict[str, Any]] = []
         self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -65,6 +70,8 @@ class LocalIssuer:
 
     def _token(self, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
         self.token_requests += 1
+        if self.gate is not None:
+            self.gate_results.append(self.gate.wait(5))
         if self.down:
             return 503, {"error": "temporarily_unavailable"}
         if form.get("grant_type") != "client_credentials":

@@ -7,8 +7,10 @@ expires, so a long enough run goes through several refreshes on one connection.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import pulsarwire
+import pulsarwire.asyncio
 from pulsarwire.broker import Broker, Grants, TokenAuth
 from pulsarwire.client.auth import AuthenticationBasic
 from pulsarwire.client.blocking import Client
@@ -79,6 +82,36 @@ def test_produce_and_consume_through_several_token_expiries_on_one_connection(
     assert b.connections_accepted == 1  # the data path never reconnected
     assert b.auth_refreshes >= 2  # answered AUTH_CHALLENGE at least twice
     assert len(issuer.issued) >= 3 and all(c["aud"] == "urn:pulsar:test" for c in issuer.issued)
+
+
+def test_the_token_fetch_never_blocks_the_event_loop(
+    start_broker: Callable[..., Broker], issuer: LocalIssuer, tmp_path: Path
+) -> None:
+    """The issuer answers only after a coroutine on the client's own loop opens its gate:
+    were the HTTP request made on the loop, the gate would open only after the issuer gave up."""
+    b = start_broker(auth=TokenAuth(public_key=issuer.public_key_pem), grants=ALICE)
+    auth = oauth2(issuer.url, issuer.credentials_file(tmp_path, "alice", SECRET))
+    issuer.gate = threading.Event()
+    gate = issuer.gate
+    topic = new_topic()
+
+    async def scenario() -> bytes:
+        async def open_gate() -> None:
+            while issuer.token_requests == 0:
+                await asyncio.sleep(0.01)
+            gate.set()
+
+        async with pulsarwire.asyncio.Client(b.service_url, authentication=auth) as client:
+            opener = asyncio.create_task(open_gate())
+            consumer = await client.subscribe(topic, "sub")
+            producer = await client.create_producer(topic)
+            await producer.send(b"through the gate")
+            msg = await consumer.receive()
+            await opener
+            return msg.data()
+
+    assert asyncio.run(scenario()) == b"through the gate"
+    assert issuer.gate_results == [True]
 
 
 def test_official_parameter_string_and_data_url(issuer: LocalIssuer) -> None:
