@@ -15,13 +15,18 @@ path, a ``file:`` URL or a ``data:application/json;base64,...`` URL of a JSON
 object with ``client_id`` and ``client_secret``; it is read on every fetch, so a
 rotated file is picked up.
 
-Refresh: a cached token is used until the last :data:`REFRESH_FRACTION` of its
-lifetime (or until :data:`EXPIRY_SKEW` before it expires, whichever is sooner),
-then the next credential request fetches a new one. An AUTH_CHALLENGE from the
-broker fetches a new one at once (``refresh=True``) unless one was fetched in
-the last :data:`MIN_REFRESH_INTERVAL` seconds (several connections challenged
-together share one fetch). A failed refresh falls back to the cached token
-while it is still valid, and fails once it has expired.
+Refresh: a token counts as expired :data:`EXPIRY_SKEW` before its ``expires_in``
+runs out (``exp`` claims are whole seconds) and is due :data:`REFRESH_FRACTION`
+of its lifetime before that. When a connection has asked for it on an event
+loop, the next token is fetched in the background on that loop once the cached
+one is due, so the broker's AUTH_CHALLENGE finds a fresh token; a failing issuer
+is retried every :data:`BACKGROUND_RETRY` seconds while the cached token still
+holds (it keeps being used), and the first request after it expired fails with
+the typed error. The background refresh goes on only while connections keep
+asking (each challenge does), so a closed client stops it after one more fetch.
+An AUTH_CHALLENGE asks for a new token at once (``refresh=True``) unless one was
+fetched in the last :data:`MIN_REFRESH_INTERVAL` seconds (several connections
+challenged together share one fetch).
 
 HTTP uses the standard library (``urllib``) with TLS verification on. The
 event loop never waits on it: the connection calls :meth:`auth_data_async`,
@@ -68,6 +73,8 @@ REFRESH_FRACTION = 0.1
 EXPIRY_SKEW = 1.0
 #: an AUTH_CHALLENGE does not fetch again when a token was fetched this recently (seconds)
 MIN_REFRESH_INTERVAL = 1.0
+#: seconds between background refresh attempts after one failed (while the token is valid)
+BACKGROUND_RETRY = 1.0
 #: attempts after the first for a failure that can heal (unreachable, 5xx, 429)
 DEFAULT_RETRIES = 3
 #: pause before the first retry, doubled for each further one (seconds)
@@ -193,6 +200,11 @@ class AuthenticationOauth2:
         self._lock = threading.Lock()
         self._token: _Token | None = None
         self._token_endpoint: str | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
+        self._timer_for: _Token | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._used = False
         #: token requests sent to the issuer (successful or not): for metrics and tests
         self.fetches = 0
 
@@ -220,11 +232,61 @@ class AuthenticationOauth2:
             return token.value.encode()
 
     async def auth_data_async(self, *, refresh: bool = False) -> bytes:
-        """:meth:`auth_data` without blocking the event loop: from the cache, or in a thread."""
+        """:meth:`auth_data` without blocking the event loop: from the cache, or in a thread.
+
+        Also schedules the background refresh of the cached token on the running loop.
+        """
+        self._used = True
+        return await self._get(refresh)
+
+    async def _get(self, refresh: bool) -> bytes:
         token = self._token
         if token is not None and not self._wants_fetch(token, time.monotonic(), refresh):
-            return token.value.encode()
-        return await asyncio.to_thread(self.auth_data, refresh=refresh)
+            data = token.value.encode()
+        else:
+            data = await asyncio.to_thread(self.auth_data, refresh=refresh)
+        self._schedule_refresh()
+        return data
+
+    # -- background refresh -------------------------------------------------------------
+    def _schedule_refresh(self) -> None:
+        """Fetch the next token on the running loop when the cached one is due, so a challenge
+        finds a fresh token and a failing issuer is retried while the cached token still holds.
+        A failed refresh is tried again every :data:`BACKGROUND_RETRY` seconds until the token
+        expires; refreshing stops when no connection asked for a credential since the last one."""
+        token = self._token
+        now = time.monotonic()
+        if token is None or token.refresh_at is None or not _valid(token, now):
+            return
+        loop = asyncio.get_running_loop()
+        if self._timer is not None and self._timer_loop is loop:
+            if self._timer_for is token:
+                return
+            self._timer.cancel()
+        delay = token.refresh_at - now
+        if delay <= 0:  # due already: the last refresh failed
+            delay = BACKGROUND_RETRY
+        self._timer = loop.call_later(delay, self._background_refresh, loop)
+        self._timer_loop, self._timer_for = loop, token
+
+    def _background_refresh(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        if not self._used:
+            return  # nobody asked since the last refresh (the client is gone): stop here
+        self._used = False
+        task = loop.create_task(self._refresh_quietly())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _refresh_quietly(self) -> None:
+        before = self._token
+        try:
+            await self._get(False)
+        except OAuth2Error as exc:  # the token expired meanwhile: the next request fails typed
+            log.warning("background token refresh failed: %s", exc)
+            return
+        if self._token is before:  # the issuer failed, the cached token still holds: try again
+            self._used = True
 
     def token_expires_in(self) -> float | None:
         """Seconds the cached token stays valid (None when none is cached or it has no expiry)."""
@@ -271,7 +333,7 @@ class AuthenticationOauth2:
         lifetime = float(expires_in)
         # The token's exp claim is whole seconds: count it as ending EXPIRY_SKEW early.
         expires_at = started + max(lifetime - EXPIRY_SKEW, lifetime / 2)
-        refresh_at = min(started + (1 - REFRESH_FRACTION) * lifetime, expires_at)
+        refresh_at = expires_at - REFRESH_FRACTION * lifetime
         return _Token(value, started, expires_at, refresh_at)
 
     def _discover(self) -> str:

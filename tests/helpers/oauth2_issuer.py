@@ -40,6 +40,8 @@ class LocalIssuer:
         self.gate: threading.Event | None = None
         self.gate_results: list[bool] = []
         self.token_requests = 0
+        #: time.time() of every token request answered 503 (``down``)
+        self.refused_at: list[float] = []
         self.issued: list[dict[str, Any]] = []
         self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.public_key_pem = self._key.public_key().public_bytes(
@@ -73,6 +75,7 @@ class LocalIssuer:
         if self.gate is not None:
             self.gate_results.append(self.gate.wait(5))
         if self.down:
+            self.refused_at.append(time.time())
             return 503, {"error": "temporarily_unavailable"}
         if form.get("grant_type") != "client_credentials":
             return 400, {"error": "unsupported_grant_type"}

@@ -145,35 +145,68 @@ def test_wrong_client_secret_is_a_typed_error_within_two_seconds(
     assert wrong not in message and wrong not in caplog.text
 
 
-def test_issuer_down_at_refresh_time_is_retried_then_fails_typed_after_expiry(
-    start_broker: Callable[..., Broker], issuer: LocalIssuer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_token_is_refreshed_in_the_background_before_it_expires(
+    start_broker: Callable[..., Broker], tmp_path: Path
 ) -> None:
+    issuer = LocalIssuer({"alice": SECRET}, expires_in=10)
+    try:
+        b = start_broker(auth=TokenAuth(public_key=issuer.public_key_pem), grants=ALICE)
+        client = Client(
+            b.service_url,
+            authentication=oauth2(issuer.url, issuer.credentials_file(tmp_path, "alice", SECRET)),
+        )
+        try:
+            producer = client.create_producer(new_topic(), batching_enabled=False)
+            first_exp = issuer.issued[0]["exp"]
+            deadline = time.monotonic() + 15
+            while len(issuer.issued) < 2 and time.monotonic() < deadline:
+                producer.send(b"x")
+                time.sleep(0.05)
+            # a second token came before the first expired, unasked by the broker
+            assert len(issuer.issued) == 2 and issuer.issued[1]["iat"] < first_exp
+            assert b.auth_refreshes == 0
+            producer.send(b"after")
+        finally:
+            client.close()
+        assert b.connections_accepted == 1
+    finally:
+        issuer.stop()
+
+
+def test_issuer_down_at_refresh_time_is_retried_then_fails_typed_after_expiry(
+    start_broker: Callable[..., Broker], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    issuer = LocalIssuer({"alice": SECRET}, expires_in=5)
     b = start_broker(
         auth=TokenAuth(public_key=issuer.public_key_pem), grants=ALICE, auth_challenge_timeout=1.0
     )
     auth = oauth2(issuer.url, issuer.credentials_file(tmp_path, "alice", SECRET), retries=2)
     caplog.set_level(logging.INFO)
     client = Client(b.service_url, authentication=auth, operation_timeout_seconds=5)
+    sent_while_down = 0
     try:
         producer = client.create_producer(new_topic(), batching_enabled=False, send_timeout_millis=3000)
         producer.send(b"before")
-        expires_at = time.time() + 2
+        expires_at = float(issuer.issued[0]["exp"])
         issuer.down = True
-        before = issuer.token_requests
         failure: PulsarWireError | None = None
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 20
         while failure is None and time.monotonic() < deadline:
             try:
                 producer.send(b"during")
+                sent_while_down += 1
             except PulsarWireError as exc:
                 failure = exc
             time.sleep(0.05)
         failed_at = time.time()
     finally:
         client.close()
+        issuer.stop()
     assert isinstance(failure, IssuerUnreachableError), repr(failure)
-    assert failed_at >= expires_at - 1  # the token was used until it expired (exp is whole seconds)
-    assert issuer.token_requests - before >= 3  # each refresh tried 1 + retries times
+    # the refresh was tried (with retries) while the cached token still held and sends went on
+    assert issuer.refused_at and min(issuer.refused_at) < expires_at - 0.2
+    assert len(issuer.refused_at) >= 3 and sent_while_down > 0
+    assert failed_at >= expires_at - 1  # the failure came once the token had expired
     assert issuer.url in str(failure) and "3 attempts" in str(failure)
     assert SECRET not in caplog.text and SECRET not in str(failure)
 
