@@ -107,7 +107,9 @@ def format_path(parts: Loc) -> str:
 
 
 _SECRET_KEY = re.compile(
-    r"token|password|passwd|secret|credential|private[_.-]?key|account[_.-]?key|access[_.-]?key", re.I
+    r"token|password|passwd|secret|credential|private[_.-]?key|account[_.-]?key|access[_.-]?key"
+    r"|auth[_.-]?params",
+    re.I,
 )
 _PATH_KEY = re.compile(r"(file|path|dir)$", re.I)
 
@@ -353,9 +355,61 @@ _CLIENT_OPTIONS = {
 }
 
 
+class OAuth2Config(Section):
+    """``auth.oauth2:`` — OAuth2 client credentials (StreamNative Cloud and other managed Pulsar).
+
+    ``private_key`` is the credentials JSON (client_id, client_secret) as a path, ``file:`` or
+    ``data:`` URL: a secret-scope file on Databricks, or ``${env:...}``; it is masked.
+    """
+
+    issuer_url: Text
+    private_key: Text
+    audience: Text | None = None
+    scope: Text | None = None
+
+
+class BasicAuthConfig(Section):
+    """``auth.basic:`` — user name and password (give it as ``${env:NAME}``)."""
+
+    username: Text
+    password: SecretStr
+
+
+class AuthConfig(Section):
+    """``auth:`` — one of ``oauth2`` or ``basic`` (→ ``authPluginClassName`` + ``authParams``)."""
+
+    oauth2: OAuth2Config | None = None
+    basic: BasicAuthConfig | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> AuthConfig:
+        if (self.oauth2 is None) == (self.basic is None):
+            raise problem("give exactly one of oauth2 or basic")
+        return self
+
+    def options(self) -> dict[str, str]:
+        """``pulsar.client.authPluginClassName`` and ``authParams`` (JSON, secrets in clear)."""
+        from .auth import CLASS_OF
+
+        if self.oauth2 is not None:
+            o = self.oauth2
+            params = {"issuerUrl": o.issuer_url, "privateKey": o.private_key}
+            params |= {k: v for k, v in (("audience", o.audience), ("scope", o.scope)) if v is not None}
+            kind = "oauth2"
+        else:
+            assert self.basic is not None
+            params = {"userId": self.basic.username, "password": self.basic.password.get_secret_value()}
+            kind = "basic"
+        return {
+            "pulsar.client.authPluginClassName": CLASS_OF[kind],
+            "pulsar.client.authParams": json.dumps(params),
+        }
+
+
 class ClientConfig(Section):
     """``client:`` — how to reach the cluster (→ ``pulsar.client.*`` options)."""
 
+    auth: AuthConfig | None = None
     auth_token: SecretStr | None = None
     auth_token_file: Text | None = None
     operation_timeout_ms: PosInt | None = None
@@ -371,6 +425,8 @@ class ClientConfig(Section):
     def _check(self) -> ClientConfig:
         if self.auth_token is not None and self.auth_token_file is not None:
             raise problem("give auth_token or auth_token_file, not both", "auth_token_file")
+        if self.auth is not None and (self.auth_token is not None or self.auth_token_file is not None):
+            raise problem("give auth or auth_token/auth_token_file, not both", "auth")
         if self.auth_token is not None and not self.auth_token.get_secret_value().strip():
             raise problem("must not be empty", "auth_token")
         return self
@@ -389,6 +445,8 @@ class ClientConfig(Section):
             elif isinstance(value, float):
                 value = f"{value:g}"
             out[f"pulsar.client.{option}"] = str(value)
+        if self.auth is not None:
+            out.update(self.auth.options())
         return out
 
 

@@ -13,9 +13,10 @@ reports ``file: key.path: message``.
 :func:`client_settings` turns the connection part of a Spark option map into the keyword
 arguments of :class:`pulsarwire.client.blocking.Client`; the names follow the Java client's
 ``ClientConfigurationData`` (``pulsar.client.operationTimeoutMs`` and so on), plus
-``authToken`` / ``authTokenFile`` for token authentication. Secrets are never put into error
-messages. Everything here is picklable data, so executors rebuild their own client from it.
-This module does not import Spark.
+``authToken`` / ``authTokenFile`` for token authentication, and the connector-style
+``authPluginClassName`` + ``authParams`` (:mod:`pipelines.auth`: OAuth2, token, basic, TLS).
+Secrets are never put into error messages. Everything here is picklable data, so executors
+rebuild their own client from it. This module does not import Spark.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from .auth import AuthSpec, parse_auth
 from .errors import OptionError
 from .positions import Position
 
@@ -243,6 +245,8 @@ _CLIENT_KEYS: dict[str, tuple[str, str]] = {
     "tlskeyfilepath": ("tls_private_key_file_path", "str"),
     "authtoken": ("auth_token", "secret"),
     "authtokenfile": ("auth_token_file", "str"),
+    "authpluginclassname": ("auth_plugin", "auth"),
+    "authparams": ("auth_params", "auth"),
 }
 
 
@@ -254,6 +258,7 @@ class ClientSettings:
     options: dict[str, Any] = field(default_factory=dict)
     auth_token: str | None = field(default=None, repr=False)
     auth_token_file: str | None = None
+    auth: AuthSpec | None = field(default=None, repr=False)
 
     def client(self) -> Any:
         """A new blocking :class:`pulsarwire.client.blocking.Client` (the caller closes it)."""
@@ -265,6 +270,11 @@ class ClientSettings:
             kw["authentication"] = AuthenticationToken(self.auth_token)
         elif self.auth_token_file is not None:
             kw["authentication"] = AuthenticationToken("file:" + self.auth_token_file)
+        elif self.auth is not None:
+            provider, extra = self.auth.build()
+            if provider is not None:
+                kw["authentication"] = provider
+            kw.update(extra)
         return Client(self.service_url, **kw)
 
 
@@ -278,6 +288,7 @@ def client_settings(options: Mapping[str, str]) -> ClientSettings:
     kw: dict[str, Any] = {}
     token: str | None = None
     token_file: str | None = None
+    plugin: dict[str, str] = {}
     for name, value in options.items():
         if not name.lower().startswith(CLIENT_PREFIX):
             continue
@@ -288,6 +299,8 @@ def client_settings(options: Mapping[str, str]) -> ClientSettings:
         target, kind = _CLIENT_KEYS[key]
         if kind == "secret":
             token = value
+        elif kind == "auth":
+            plugin[target] = value
         elif target == "auth_token_file":
             token_file = value
         elif kind == "ms":
@@ -303,4 +316,10 @@ def client_settings(options: Mapping[str, str]) -> ClientSettings:
             kw[target] = value
     if token is not None and token_file is not None:
         raise OptionError(CLIENT_PREFIX + "authToken", "give authToken or authTokenFile, not both")
-    return ClientSettings(url, kw, token, token_file)
+    auth = parse_auth(plugin.get("auth_plugin"), plugin.get("auth_params"))
+    if auth is not None and (token is not None or token_file is not None):
+        raise OptionError(
+            CLIENT_PREFIX + "authPluginClassName",
+            "give authPluginClassName or authToken/authTokenFile, not both",
+        )
+    return ClientSettings(url, kw, token, token_file, auth)

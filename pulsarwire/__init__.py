@@ -2,8 +2,9 @@
 
 ``import pulsarwire`` gives the blocking client API under the official client's names
 (``pulsarwire.Client``, ``Producer``, ``Consumer``, ``Reader``, ``Message``, ``MessageId``,
-``AuthenticationToken``, ``CompressionType``, ``ConsumerType``, ``InitialPosition``,
-``PartitionsRoutingMode``, ``ConsumerDeadLetterPolicy``, ``KeySharedPolicy``, ``SchemaInfo``)
+``AuthenticationToken``, ``AuthenticationBasic``, ``AuthenticationOauth2``, ``CompressionType``,
+``ConsumerType``, ``InitialPosition``, ``PartitionsRoutingMode``, ``ConsumerDeadLetterPolicy``,
+``KeySharedPolicy``, ``SchemaInfo``)
 and the typed errors a client user meets; ``pulsarwire.asyncio`` is the asyncio API, as
 ``pulsar.asyncio``. The client classes are loaded on first use (module ``__getattr__``), so
 importing the package stays cheap: it loads the message id and the errors only.
@@ -26,6 +27,7 @@ from pulsarwire.errors import (
     AlreadyClosedError,
     AuthenticationError,
     AuthorizationError,
+    BadCredentialsError,
     BadLookupAnswerError,
     ChecksumError,
     ClientError,
@@ -35,16 +37,19 @@ from pulsarwire.errors import (
     ConsumerBusy,
     ConsumerNotFound,
     CorruptMessageError,
+    CredentialsFileError,
     FlowControlError,
     IncompatibleSchema,
     InvalidBrokerUrlError,
     InvalidConfigurationError,
     InvalidTopicName,
     InvalidTxnStatus,
+    IssuerUnreachableError,
     LocalProtocolError,
     MessageTooBigError,
     MetadataError,
     NotAllowedError,
+    OAuth2Error,
     OperationTimeoutError,
     PersistenceError,
     ProducerBlockedQuotaExceededError,
@@ -78,6 +83,7 @@ if TYPE_CHECKING:
     from pulsarwire import asyncio
     from pulsarwire.client.auth import (
         Authentication,
+        AuthenticationBasic,
         AuthenticationNone,
         AuthenticationToken,
     )
@@ -97,6 +103,9 @@ if TYPE_CHECKING:
     )
     from pulsarwire.client.message import (
         Message,
+    )
+    from pulsarwire.client.oauth2 import (
+        AuthenticationOauth2,
     )
     from pulsarwire.client.retry import (
         RetryPolicy,
@@ -125,7 +134,9 @@ _LAZY = {
     "Reader": "pulsarwire.client.blocking",
     "Message": "pulsarwire.client.message",
     "Authentication": "pulsarwire.client.auth",
+    "AuthenticationBasic": "pulsarwire.client.auth",
     "AuthenticationNone": "pulsarwire.client.auth",
+    "AuthenticationOauth2": "pulsarwire.client.oauth2",
     "AuthenticationToken": "pulsarwire.client.auth",
     "HashingScheme": "pulsarwire.client.routing",
     "RoutingMode": "pulsarwire.client.routing",
@@ -136,10 +147,13 @@ _LAZY = {
 __all__ = [
     "AlreadyClosedError",
     "Authentication",
+    "AuthenticationBasic",
     "AuthenticationError",
     "AuthenticationNone",
+    "AuthenticationOauth2",
     "AuthenticationToken",
     "AuthorizationError",
+    "BadCredentialsError",
     "BadLookupAnswerError",
     "ChecksumError",
     "Client",
@@ -155,6 +169,7 @@ __all__ = [
     "ConsumerNotFound",
     "ConsumerType",
     "CorruptMessageError",
+    "CredentialsFileError",
     "DeadLetterPolicy",
     "FlowControlError",
     "HashingScheme",
@@ -164,6 +179,7 @@ __all__ = [
     "InvalidConfigurationError",
     "InvalidTopicName",
     "InvalidTxnStatus",
+    "IssuerUnreachableError",
     "KeySharedPolicy",
     "LocalProtocolError",
     "Message",
@@ -171,6 +187,7 @@ __all__ = [
     "MessageTooBigError",
     "MetadataError",
     "NotAllowedError",
+    "OAuth2Error",
     "OperationTimeoutError",
     "PartitionsRoutingMode",
     "PersistenceError",

@@ -336,6 +336,29 @@ class AuthorizationError(ServerError):
     code, retriable = 4, False
 
 
+class OAuth2Error(AuthenticationError):
+    """No OAuth2 access token could be obtained (client side: the broker was not asked).
+
+    ``issuer`` names the issuer URL; the message never contains the client secret.
+    """
+
+    def __init__(self, message: str, *, issuer: str) -> None:
+        super().__init__(message)
+        self.issuer = issuer
+
+
+class IssuerUnreachableError(OAuth2Error):
+    """The OAuth2 issuer did not answer (refused, timed out, 5xx) after the bounded retries."""
+
+
+class BadCredentialsError(OAuth2Error):
+    """The OAuth2 issuer refused the client credentials (HTTP 401 / ``invalid_client``): not retried."""
+
+
+class CredentialsFileError(OAuth2Error):
+    """The OAuth2 credentials file (``private_key``) is missing, unreadable or not the expected JSON."""
+
+
 class ConsumerBusy(ServerError):
     code, retriable = 5, False
 

@@ -11,11 +11,19 @@ callable returning the token, or ``path=``. Tokens are stripped of surrounding
 whitespace (as the Java client does for files); an absent, unreadable or empty
 token raises :class:`~pulsarwire.errors.AuthenticationError` whose message names
 the source but never contains the token. :class:`AuthenticationNone` sends no
-credential.
+credential. :class:`AuthenticationBasic` sends ``user:password`` (method
+``basic``); OAuth2 client credentials live in :mod:`pulsarwire.client.oauth2`.
+
+A provider whose credential needs network I/O (OAuth2) also has an
+``auth_data_async(refresh=...)`` coroutine; the connection asks for credentials
+through :func:`pulsarwire.io.connection.credentials`, which uses it when present
+so the event loop never blocks, and passes ``refresh=True`` when the broker sent
+AUTH_CHALLENGE.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
@@ -163,3 +171,53 @@ class AuthenticationToken:
         if self._supplier is not None:
             return "AuthenticationToken(<supplier>)"
         return "AuthenticationToken(<static token>)"
+
+
+class AuthenticationBasic:
+    """Basic authentication: method ``"basic"`` (or ``method``), data ``user:password``.
+
+    Takes ``username`` and ``password``, or the official client's JSON
+    ``auth_params_string`` (``{"username": ..., "password": ..., "method": ...}``),
+    which then wins over the other arguments. Raises ValueError for a missing
+    field or a malformed string, and for a username containing ``:``.
+    """
+
+    __slots__ = ("_method", "_password", "username")
+
+    def __init__(
+        self,
+        username: str | None = None,
+        password: str | None = None,
+        method: str = "basic",
+        auth_params_string: str | None = None,
+    ) -> None:
+        if auth_params_string is not None:
+            try:
+                doc = json.loads(auth_params_string)
+            except ValueError:
+                raise ValueError("basic auth parameters are not a JSON object") from None
+            if not isinstance(doc, dict):
+                raise ValueError("basic auth parameters are not a JSON object")
+            username, password = doc.get("username"), doc.get("password")
+            method = doc.get("method") or "basic"
+        if not isinstance(username, str) or not username:
+            raise ValueError("basic authentication needs a username")
+        if not isinstance(password, str):
+            raise ValueError("basic authentication needs a password")
+        if ":" in username:
+            raise ValueError("a basic-auth username cannot contain ':'")
+        if not isinstance(method, str) or not method:
+            raise ValueError("basic authentication needs a method name")
+        self.username = username
+        self._password = password
+        self._method = method
+
+    @property
+    def method(self) -> str:
+        return self._method
+
+    def auth_data(self) -> bytes:
+        return f"{self.username}:{self._password}".encode()
+
+    def __repr__(self) -> str:
+        return f"AuthenticationBasic(username={self.username!r}, password=<hidden>)"

@@ -20,6 +20,7 @@ anything else UnknownError.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import ssl
@@ -27,6 +28,7 @@ from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from pulsarwire.errors import PulsarWireError, server_error
+from pulsarwire.io.connection import credentials
 from pulsarwire.proto import pb
 
 E = pb.ServerError
@@ -108,7 +110,7 @@ class HttpLookup:
             target = parts.path + (f"?{parts.query}" if parts.query else "")
             lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}", "Accept: application/json"]
             lines += ["Connection: close", "User-Agent: pulsarwire"]
-            lines += [f"{k}: {v}" for k, v in self._auth_headers().items()]
+            lines += [f"{k}: {v}" for k, v in (await self._auth_headers()).items()]
             writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
             await writer.drain()
             head = await reader.readuntil(b"\r\n\r\n")
@@ -135,11 +137,13 @@ class HttpLookup:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    def _auth_headers(self) -> dict[str, str]:
+    async def _auth_headers(self) -> dict[str, str]:
         if self.auth is None or getattr(self.auth, "method", "none") in ("", "none"):
             return {}
         if self.auth.method == "token":
-            return {"Authorization": "Bearer " + self.auth.auth_data().decode()}
+            return {"Authorization": "Bearer " + (await credentials(self.auth)).decode()}
+        if self.auth.method == "basic":
+            return {"Authorization": "Basic " + base64.b64encode(await credentials(self.auth)).decode()}
         raise PulsarWireError(f"authentication method {self.auth.method!r} is not supported over HTTP lookup")
 
 

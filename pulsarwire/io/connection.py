@@ -38,6 +38,20 @@ from pulsarwire.protocol.connection import (
 log = logging.getLogger("pulsarwire.connection")
 
 
+async def credentials(auth: Any, *, refresh: bool = False) -> bytes:
+    """``auth``'s credential without blocking the loop: its ``auth_data_async`` when it has one
+    (a provider that fetches over HTTP), else ``auth_data()``.
+
+    ``refresh`` asks for a new credential (the broker sent AUTH_CHALLENGE). Raises AuthenticationError.
+    """
+    fetch = getattr(auth, "auth_data_async", None)
+    if fetch is not None:
+        data: bytes = await fetch(refresh=refresh)
+        return data
+    data = auth.auth_data()
+    return data
+
+
 class Handler(Protocol):
     """A producer or consumer attached to a connection."""
 
@@ -51,6 +65,7 @@ class Connection(asyncio.Protocol):
         self.url = url
         self.proto = protocol
         self.auth = auth
+        self._challenge_task: asyncio.Task[None] | None = None
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.ready: asyncio.Future[Connected] = self.loop.create_future()
@@ -153,12 +168,29 @@ class Connection(asyncio.Protocol):
     def _answer_challenge(self) -> None:
         if self.auth is None:
             return
+        if self._challenge_task is not None and not self._challenge_task.done():
+            return  # a fresh credential is already on its way
+        self._challenge_task = self.loop.create_task(self._answer_challenge_async(self.auth))
+
+    async def _answer_challenge_async(self, auth: Any) -> None:
+        """Fetch a fresh credential (in a thread when it needs HTTP) and send AUTH_RESPONSE.
+
+        When none can be had the challenge stays unanswered: the broker closes the connection
+        and the handlers' reconnect meets the typed error.
+        """
         try:
-            data = self.auth.auth_data()
+            data = await credentials(auth, refresh=True)
         except PulsarWireError as exc:
             log.warning("%s: cannot refresh credentials: %s", self.url, exc)
             return
-        self.proto.answer_auth_challenge(self.auth.method, data)
+        except Exception as exc:  # a provider's bug: named by type only (its message may hold a secret)
+            name = type(exc).__name__
+            log.warning("%s: cannot refresh credentials: the provider raised %s", self.url, name)
+            return
+        if self.is_closed:
+            return
+        self.proto.answer_auth_challenge(auth.method, data)
+        self._flush()
 
     def _finish(self, exc: Exception) -> None:
         if self.closed_future.done():

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from pulsarwire.errors import ConnectError, InvalidBrokerUrlError, PulsarWireError, RemoteProtocolError
 from pulsarwire.protocol.connection import ClientProtocol
 
-from .connection import Connection
+from .connection import Connection, credentials
 
 #: getaddrinfo errors that retrying cannot heal (the name does not exist)
 _NO_SUCH_NAME = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, n)}
@@ -110,7 +110,7 @@ class ConnectionPool:
     async def _open(self, url: str) -> Connection:
         tls, host, port = parse_broker_url(url)
         method = self.auth.method if self.auth is not None else None
-        data = self.auth.auth_data() if self.auth is not None else None
+        data = await credentials(self.auth) if self.auth is not None else None
         proto = ClientProtocol(
             client_version=self.client_version,
             auth_method=method,

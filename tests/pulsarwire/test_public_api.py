@@ -154,6 +154,17 @@ EXTRA: dict[str, set[str]] = {
     "Consumer.batch_receive": {"max_num_messages", "max_num_bytes", "timeout_ms"},
     "MessageId.__init__": {"batch_size", "first_chunk_message_id"},
     "MessageId.deserialize": {"data"},
+    # the official JSON string's fields as keywords too, and the HTTP knobs of the token fetch
+    "AuthenticationOauth2.__init__": {
+        "issuer_url",
+        "private_key",
+        "audience",
+        "scope",
+        "retries",
+        "retry_delay",
+        "http_timeout",
+        "ssl_context",
+    },
     "asyncio.Client.__init__": {
         "authentication",
         "operation_timeout_seconds",
@@ -187,6 +198,8 @@ DIFFERENT_DEFAULTS: dict[str, dict[str, tuple[Any, Any]]] = {
         "entry_id": (inspect.Parameter.empty, -1),
     },
     "ConsumerKeySharedPolicy.__init__": {"sticky_ranges": ((), None)},
+    # optional: the same fields may come as keywords instead of the JSON string
+    "AuthenticationOauth2.__init__": {"auth_params_string": (None, inspect.Parameter.empty)},
 }
 
 # -- official methods pulsarwire does not have ---------------------------------------------------
@@ -210,6 +223,8 @@ PAIRS: dict[str, tuple[type, type]] = {
     "Message": (pulsarwire.Message, pulsar.Message),
     "ConsumerDeadLetterPolicy": (pulsarwire.ConsumerDeadLetterPolicy, pulsar.ConsumerDeadLetterPolicy),
     "ConsumerKeySharedPolicy": (pulsarwire.ConsumerKeySharedPolicy, pulsar.ConsumerKeySharedPolicy),
+    "AuthenticationOauth2": (pulsarwire.AuthenticationOauth2, pulsar.AuthenticationOauth2),
+    "AuthenticationBasic": (pulsarwire.AuthenticationBasic, pulsar.AuthenticationBasic),
     "asyncio.Client": (pulsarwire.asyncio.Client, pulsar.asyncio.Client),
     "asyncio.Producer": (pulsarwire.asyncio.Producer, pulsar.asyncio.Producer),
     "asyncio.Consumer": (pulsarwire.asyncio.Consumer, pulsar.asyncio.Consumer),
