@@ -62,8 +62,6 @@ def blocks() -> list[Block]:
 
 
 BLOCKS = blocks()
-PYTHON = [b for b in BLOCKS if b.lang == "python"]
-
 #: blocks not run, by file and first line, with the reason
 NOT_RUN = {
     ("README.md", "make test"): "make test is this test suite; make run is the demo tests/pipelines runs",
@@ -72,6 +70,11 @@ NOT_RUN = {
         "docs/broker.md",
         "# a secret key",
     ): "server set-up writing /etc and /var/lib; broker.md is the broker's",
+    (
+        "docs/spark.md",
+        '(spark.read.format("pulsarwire")\n    .option("service.url", "pulsar+ssl://my-instance',
+    ): "needs a managed Pulsar and its OAuth2 issuer; tests/pipelines/test_auth_options.py runs these"
+    " options against a local issuer",
     (
         "docs/broker.md",
         "python -m pulsarwire.broker --data-dir /var/lib/pw",
@@ -82,6 +85,9 @@ NOT_RUN = {
 
 def excused(block: Block) -> bool:
     return any(block.file == f and block.code.startswith(start) for f, start in NOT_RUN)
+
+
+PYTHON = [b for b in BLOCKS if b.lang == "python" and not excused(b)]
 
 
 # -- the clean shell -----------------------------------------------------------------------------
@@ -180,10 +186,20 @@ def test_python_block_runs_in_a_clean_environment(block: Block, checkout: Path) 
 
 
 def test_jobs_md_job_validates(checkout: Path) -> None:
-    (block,) = [b for b in BLOCKS if b.file == "docs/jobs.md" and b.lang == "yaml"]
+    (block,) = [
+        b for b in BLOCKS if b.file == "docs/jobs.md" and b.lang == "yaml" and b.code.startswith("name:")
+    ]
     (checkout / "jobs" / "key_by_key.yaml").write_text(block.code)
     proc = run_bash(".venv/bin/pipelines validate jobs/key_by_key.yaml", checkout, clean_env(checkout))
     assert proc.returncode == 0 and proc.stdout == "ok  jobs/key_by_key.yaml\n", proc.stdout + proc.stderr
+
+
+def test_jobs_md_profile_snippet_is_conf_databricks_yaml() -> None:
+    """The profile block of docs/jobs.md names conf/databricks.yaml: it is that file's lines."""
+    (block,) = [
+        b for b in BLOCKS if b.file == "docs/jobs.md" and b.lang == "yaml" and b.code.startswith("pulsar:")
+    ]
+    assert block.code.rstrip("\n") in (ROOT / "conf" / "databricks.yaml").read_text()
 
 
 def test_readme_commands_run(checkout: Path, broker_block: str) -> None:
