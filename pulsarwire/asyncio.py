@@ -104,6 +104,7 @@ class Producer(_AsyncCloseable):
         """Whether every partition's producer is connected and ready."""
         return not self._closed and all(p.state is HandlerState.READY for p in self._core.partitions)
 
+    @_doc(_blocking.Producer.send)
     async def send(
         self,
         content: bytes,
@@ -116,37 +117,6 @@ class Producer(_AsyncCloseable):
         deliver_at: int | None = None,
         deliver_after: timedelta | None = None,
     ) -> MessageId:
-        """Publish a message and wait until the broker stored it.
-
-        Parameters
-        ----------
-        content: bytes
-            The payload.
-        properties: dict, optional
-            Application-defined string properties.
-        partition_key: str, optional
-            The message key; a keyed message goes to the key's partition.
-        ordering_key: str or bytes, optional
-            The key Key_Shared subscriptions order and route by (the partition key when absent).
-        sequence_id: int, optional
-            The message's sequence id (deduplication); the next one when not given.
-        event_timestamp: int, optional
-            The event time, in ms since the epoch.
-        deliver_at: int, optional
-            Do not deliver before this time (ms since the epoch, UTC); Shared subscriptions only.
-        deliver_after: timedelta, optional
-            Do not deliver before this delay has passed.
-
-        Returns
-        -------
-        MessageId
-            Where the message is stored.
-
-        Raises
-        ------
-        SendTimeoutError, ProducerQueueIsFullError, MessageTooBigError, ServerError
-            The send failed.
-        """
         kw = _send_args(
             properties, partition_key, ordering_key, sequence_id, event_timestamp, deliver_at, deliver_after
         )
@@ -254,42 +224,19 @@ class Consumer(_Receiving):
         """
         return await self._core.batch_receive(max_num_messages, max_num_bytes, timeout_ms / 1000)
 
+    @_doc(_blocking.Consumer.acknowledge)
     async def acknowledge(self, message: Message | MessageId) -> None:
-        """Acknowledge one message (acks are grouped and sent within ``ack_group_time_ms``).
-
-        Parameters
-        ----------
-        message: Message or MessageId
-            The message (a MessageId alone is enough for a single topic-partition).
-        """
         self._core.acknowledge(message)
 
+    @_doc(_blocking.Consumer.acknowledge_cumulative)
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
-        """Acknowledge a message and every message before it on its topic-partition.
-
-        Parameters
-        ----------
-        message: Message or MessageId
-            The last message acknowledged.
-
-        Raises
-        ------
-        InvalidConfigurationError
-            On a Shared or KeyShared subscription.
-        """
         kind = self._core.parts[0].config.consumer_type if self._core.parts else None
         if kind in (pb.CommandSubscribe.Shared, pb.CommandSubscribe.Key_Shared):
             raise InvalidConfigurationError("cumulative acknowledgement is not allowed on Shared/Key_Shared")
         self._core.acknowledge_cumulative(message)
 
+    @_doc(_blocking.Consumer.negative_acknowledge)
     async def negative_acknowledge(self, message: Message | MessageId) -> None:
-        """Ask for a redelivery of a message after ``negative_ack_redelivery_delay_ms``.
-
-        Parameters
-        ----------
-        message: Message or MessageId
-            The message that failed to be processed.
-        """
         self._core.negative_acknowledge(message)
 
     def redeliver_unacknowledged_messages(self) -> None:
@@ -308,25 +255,8 @@ class Consumer(_Receiving):
 class Reader(_Receiving):
     """An asyncio reader, made by :meth:`Client.create_reader`."""
 
+    @_doc(_blocking.Reader.read_next)
     async def read_next(self, timeout_millis: int | None = None) -> Message:
-        """The next message, waiting for one.
-
-        Parameters
-        ----------
-        timeout_millis: int, optional
-            Wait at most this long; forever when not given.
-
-        Returns
-        -------
-        Message
-
-        Raises
-        ------
-        OperationTimeoutError
-            No message within ``timeout_millis``.
-        ReachedEndOfTopicError
-            The topic was terminated and everything was read.
-        """
         return await self._next(timeout_millis)
 
     async def has_message_available(self) -> bool:
