@@ -17,7 +17,7 @@ import pulsar
 import pytest
 
 from pulsarwire.broker import Broker
-from pulsarwire.client.blocking import Client, Consumer, Reader
+from pulsarwire.client.blocking import Client, Consumer, ConsumerType, InitialPosition, Reader
 from pulsarwire.client.message import Message
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import OperationTimeoutError
@@ -126,3 +126,23 @@ def on_client_loop(client: Client, fn: Callable[[], None]) -> None:
 
 def backlog(b: Broker, topic: str, subscription: str) -> int:
     return int(b.stats(topic)["subscriptions"][subscription]["backlog"])
+
+
+def judge_and_pw(
+    official: pulsar.Client, pw: Client, topic: str, shared: bool = False
+) -> tuple[pulsar.Consumer, Consumer]:
+    """An official consumer (subscription ``judge``) and a pulsarwire one (``pw``) on ``topic``,
+    both from the earliest message; Exclusive subscriptions, or Shared with ``shared``."""
+    judge = official.subscribe(
+        topic,
+        "judge",
+        consumer_type=pulsar.ConsumerType.Shared if shared else pulsar.ConsumerType.Exclusive,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    mine = pw.subscribe(
+        topic,
+        "pw",
+        consumer_type=ConsumerType.Shared if shared else ConsumerType.Exclusive,
+        initial_position=InitialPosition.Earliest,
+    )
+    return judge, mine

@@ -20,6 +20,7 @@ from pulsarwire.client.blocking import Client, ConsumerType, InitialPosition
 from tests.pulsarwire.broker.support import receive_n
 from tests.pulsarwire.client.consumer_support import (
     backlog,
+    judge_and_pw,
     pw_assert_silent,
     pw_receive_n,
     record,
@@ -58,21 +59,6 @@ def assert_same_records(got: list[dict[str, Any]], expected: list[dict[str, Any]
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
         diff = {k: (g[k], e[k]) for k in e if g[k] != e[k] and k != "data"}
         assert not diff and g["data"] == e["data"], f"message {i} differs (pulsarwire, official): {diff}"
-
-
-def judge_and_pw(
-    client: pulsar.Client, pw: Client, topic: str
-) -> tuple[pulsar.Consumer, Any]:  # (official, pulsarwire) consumers on subscriptions judge / pw
-    judge = client.subscribe(
-        topic,
-        "judge",
-        consumer_type=pulsar.ConsumerType.Exclusive,
-        initial_position=pulsar.InitialPosition.Earliest,
-    )
-    mine = pw.subscribe(
-        topic, "pw", consumer_type=ConsumerType.Exclusive, initial_position=InitialPosition.Earliest
-    )
-    return judge, mine
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS, ids=lambda c: c.name)

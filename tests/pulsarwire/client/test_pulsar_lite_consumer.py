@@ -28,7 +28,7 @@ import pytest
 from pulsarwire.client.blocking import Client, ConsumerType, InitialPosition
 from tests.helpers.recorder import Recorder
 from tests.pulsarwire.broker.support import new_topic, receive_n, send_each
-from tests.pulsarwire.client.consumer_support import pw_assert_silent, pw_receive_n, record
+from tests.pulsarwire.client.consumer_support import judge_and_pw, pw_assert_silent, pw_receive_n, record
 from tests.pulsarwire.client.test_consumer_interop import COMPRESSIONS, assert_same_records, varied_messages
 
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
@@ -65,22 +65,9 @@ def chunks_of_100k() -> Iterator[None]:
     _announce(5 * 1024 * 1024)
 
 
-def judge_and_pw(official: pulsar.Client, pw: Client, topic: str) -> tuple[pulsar.Consumer, Any]:
-    judge = official.subscribe(
-        topic,
-        "judge",
-        consumer_type=pulsar.ConsumerType.Shared,
-        initial_position=pulsar.InitialPosition.Earliest,
-    )
-    mine = pw.subscribe(
-        topic, "pw", consumer_type=ConsumerType.Shared, initial_position=InitialPosition.Earliest
-    )
-    return judge, mine
-
-
 def read_both(official: pulsar.Client, pw: Client, topic: str, n: int) -> tuple[list[Any], list[Any]]:
     """(official messages, pulsarwire messages): ``n`` each, all acknowledged, nothing more after."""
-    judge, mine = judge_and_pw(official, pw, topic)
+    judge, mine = judge_and_pw(official, pw, topic, shared=True)
     expected = receive_n(judge, n, ack=True, timeout_ms=10_000)
     got = pw_receive_n(mine, n, ack=True, timeout_ms=10_000)
     pw_assert_silent(mine)
