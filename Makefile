@@ -23,7 +23,7 @@ test: $(STAMP)
 
 # The main job: our broker on a free port (data in .run/), sample orders, jobs/orders_ingest.yaml.
 run: $(STAMP)
-	$(PY) -m pipelines.demo run
+	$(PY) -m jobs.demo run
 
 lint: $(STAMP)
 	$(PY) -m ruff check pulsarwire pipelines tests bench jobs

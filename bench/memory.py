@@ -45,7 +45,7 @@ from brokers import machine, pulsarwire_broker
 
 HERE = Path(__file__).resolve().parent
 QUEUE = 1000  # the slow consumers' receiver_queue_size
-BULK_ROWS = 10_000  # batch_rows and receiver_queue_size of the bulk reader, as pipelines/source.py
+BULK_ROWS = 10_000  # batch_rows and receiver_queue_size of the bulk reader, as pipelines/spark/reader.py
 
 
 # -- in the child ----------------------------------------------------------------------------------

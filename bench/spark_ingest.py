@@ -78,7 +78,7 @@ class MemorySource(DataSource):
         return "bench-memory"
 
     def schema(self) -> Any:
-        from pipelines.source import source_schema
+        from pipelines.spark.reader import source_schema
 
         return source_schema({})
 
@@ -256,7 +256,7 @@ class Bench:
         return self.work / f"{self.n}-{what}"
 
     def pulsar(self, topic: str, rows: int, sink: str) -> Run:
-        from pipelines.exactly_once import ExactlyOnceJob, close_clients, write_delta_exactly_once
+        from pipelines.state.exactly_once import ExactlyOnceJob, close_clients, write_delta_exactly_once
 
         here = self._dir(f"pulsar-{sink}")
         source = {"service.url": self.url, "topic": topic, "subscriptionName": f"bench-{here.name}"}
@@ -280,7 +280,7 @@ class Bench:
             shutil.rmtree(here, ignore_errors=True)
 
     def rate(self, rows: int, sink: str) -> Run:
-        from pipelines.delta import write_idempotent
+        from pipelines.state.delta import write_idempotent
 
         here = self._dir(f"rate-{sink}")
         target = str(here / "table")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from pipelines.cli import main
+from pipelines.jobs.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -29,7 +29,7 @@ def register(spark: Any) -> None:
     Clusters (any other master) keep their own setting: their images install pulsarwire.
     """
     _use_this_python(spark)
-    from .datasource import PulsarWireDataSource
+    from pipelines.spark.datasource import PulsarWireDataSource
 
     spark.dataSource.register(PulsarWireDataSource)
 
@@ -55,7 +55,7 @@ def _use_this_python(spark: Any) -> None:
     except (OSError, subprocess.SubprocessError):
         failed = True
     if failed:
-        from .errors import PipelinesError
+        from pipelines.errors import PipelinesError
 
         raise PipelinesError(
             f"PYSPARK_PYTHON={chosen} cannot import pulsarwire, so Spark's Python workers would fail: "

@@ -4,7 +4,7 @@
 longest first) and every credential a URL carries whatever its value: the password of
 ``scheme://user:password@host`` and query parameters such as ``password=``, ``token=``,
 ``sig=`` (an Azure SAS signature), ``X-Amz-Signature=``, ``AccountKey=``. Known values are
-those a caller passes and those :func:`remember`\\ ed in this process — :func:`pipelines.config.load_job`
+those a caller passes and those :func:`remember`\\ ed in this process — :func:`pipelines.jobs.config.load_job`
 remembers every secret of every job it loads (values under secret-looking keys, values of
 secret-looking environment variables, ``storage_options``) — so an error raised anywhere
 later (a Spark failure quoting a path, say) is masked by the command that prints it.

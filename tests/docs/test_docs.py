@@ -73,7 +73,7 @@ NOT_RUN = {
     (
         "docs/spark.md",
         '(spark.read.format("pulsarwire")\n    .option("service.url", "pulsar+ssl://my-instance',
-    ): "needs a managed Pulsar and its OAuth2 issuer; tests/pipelines/test_auth_options.py runs these"
+    ): "needs a managed Pulsar and its OAuth2 issuer; tests/pipelines/options/test_auth_options.py runs these"
     " options against a local issuer",
     (
         "docs/broker.md",

@@ -5,7 +5,7 @@ Each scenario produces keyed messages under a fault (the broker's fault API or t
 and compares the Delta table with what producers were told: the checker must report 0
 missing, 0 duplicated, 0 out of order. The report line is printed (``pytest -s`` shows it).
 Crash scenarios of the driver (after the Delta write, after the offset row, checkpoint lost)
-are in tests/pipelines/test_exactly_once.py; data loss by retention in test_source.py.
+are in tests/pipelines/state/test_exactly_once.py; data loss by retention in spark/test_source.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.exactly_once import ExactlyOnceJob, close_clients, write_delta_exactly_once
+from pipelines.state.exactly_once import ExactlyOnceJob, close_clients, write_delta_exactly_once
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
 from pulsarwire.errors import PulsarWireError

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.testing import run_job
+from pipelines.jobs.testing import run_job
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
 from pulsarwire.testing.checker import Ledger, check

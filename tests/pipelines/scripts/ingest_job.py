@@ -13,7 +13,7 @@ import sys
 from pyspark.sql import SparkSession
 
 import pipelines
-from pipelines.exactly_once import ExactlyOnceJob, close_clients, recover, write_delta_exactly_once
+from pipelines.state.exactly_once import ExactlyOnceJob, close_clients, recover, write_delta_exactly_once
 
 CRASH_EXIT = 17
 

@@ -1,0 +1,1008 @@
+"""The job model: what a job file means once its profile is merged in and ``${...}`` resolved.
+
+:mod:`pipelines.jobs.config` turns YAML into one plain document; :class:`Job` (pydantic v2)
+validates it before Spark starts. Every section forbids unknown keys, values are
+checked for type and range, and cross-key rules (exactly one topic selector, merge
+needs merge keys, a Pulsar → Delta job needs its offset store, ...) are model
+validators. A validator reports a problem by raising :func:`problem`, a pydantic error
+whose context carries a short human message and, where the problem belongs to a key
+below the one validated, the relative path of that key; :mod:`pipelines.jobs.config` turns
+these into ``file: key.path: message`` lines (:class:`~pipelines.errors.JobError`).
+
+A validated job is frozen data plus the translations the runner needs:
+:meth:`Job.source_options` / :meth:`Job.sink_options` (the ``pulsarwire`` data source's
+option maps), :meth:`Job.backfill_options`, :meth:`Trigger.spark_kwargs`,
+:meth:`Job.transform_function`. Secrets (``auth_token``, Delta ``storage_options``) are
+``SecretStr``; the repr of every section masks them and any mapping value whose key
+looks secret (:func:`is_secret_key`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from pipelines.errors import JobError
+from pipelines.masking import MASK, mask
+from pipelines.options.grammar import GrammarError, duration_ms, kind_of, offsets_spec, show, time_ms
+
+__all__ = [
+    "Backfill",
+    "Bound",
+    "BoundError",
+    "ClientConfig",
+    "ConsoleSink",
+    "DeltaSink",
+    "DeltaSource",
+    "Job",
+    "PulsarDefaults",
+    "PulsarSink",
+    "PulsarSource",
+    "Sink",
+    "Source",
+    "SparkSettings",
+    "Transform",
+    "Trigger",
+    "duration_ms",
+    "format_path",
+    "is_secret_key",
+    "parse_bound",
+    "problem",
+]
+
+
+T = TypeVar("T")
+
+# -- problems and paths ------------------------------------------------------------------------
+
+Loc = tuple[str | int, ...]
+
+
+def problem(message: str, at: Loc | str = ()) -> PydanticCustomError:
+    """A validation error with ``message``, located ``at`` (a key or path) below the validated value."""
+    where = (at,) if isinstance(at, str) else tuple(at)
+    return PydanticCustomError("job", "{message}", {"message": message, "problems": [(where, message)]})
+
+
+def problems(found: list[tuple[Loc, str]]) -> PydanticCustomError:
+    """Several problems of one model at once (``found``: relative path, message)."""
+    return PydanticCustomError(
+        "job", "{message}", {"message": "; ".join(m for _, m in found), "problems": found}
+    )
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def format_path(parts: Loc) -> str:
+    """``("spark", "conf", "spark.ui.enabled")`` → ``spark.conf["spark.ui.enabled"]``; ints → ``[0]``."""
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif _PLAIN_KEY.fullmatch(p):
+            out += f".{p}" if out else p
+        else:
+            out += "[" + json.dumps(p) + "]"
+    return out
+
+
+_SECRET_KEY = re.compile(
+    r"token|password|passwd|secret|credential|private[_.-]?key|account[_.-]?key|access[_.-]?key"
+    r"|auth[_.-]?params",
+    re.I,
+)
+_PATH_KEY = re.compile(r"(file|path|dir)$", re.I)
+
+
+def is_secret_key(key: object) -> bool:
+    """True for keys whose values are never shown: ``*token*``, ``*password*``, ``*secret*``, ...
+
+    Keys naming a file or path (``auth_token_file``) are not secret: the file is.
+    """
+    return isinstance(key, str) and bool(_SECRET_KEY.search(key)) and not _PATH_KEY.search(key)
+
+
+def mask_secrets(value: Any, key: object = None) -> Any:
+    """A copy of ``value`` with ``SecretStr`` and values under secret-looking keys masked."""
+    if isinstance(value, SecretStr):
+        return MASK
+    if is_secret_key(key) and value is not None and not isinstance(value, dict | list | BaseModel):
+        return MASK
+    if isinstance(value, dict):
+        return {k: mask_secrets(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_secrets(v) for v in value]
+    return value
+
+
+def _suggest(value: str, choices: list[str]) -> str:
+    lower = {c.lower(): c for c in choices}
+    near = difflib.get_close_matches(value.lower(), list(lower), n=1, cutoff=0.6)
+    return f" (did you mean {lower[near[0]]}?)" if near else ""
+
+
+# -- scalar types ----------------------------------------------------------------------------
+
+_NAME = re.compile(r"[a-z0-9_-]+")
+
+
+def _check_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise problem(
+            f"expected lowercase letters, digits, '_' and '-' (e.g. orders_ingest), got {show(value)}"
+        )
+    return value
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise problem(f"expected an integer, got {kind_of(value)}")
+    return value
+
+
+def _non_empty(value: str) -> str:
+    if not value.strip():
+        raise problem("must not be empty")
+    return value
+
+
+def _scalar_text(value: Any) -> Any:
+    """Spark conf values: YAML scalars become the strings Spark expects (true → "true")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+def _job_value(parse: Callable[[Any], T], value: Any) -> T:
+    """``parse(value)`` with a :class:`~pipelines.options.grammar.GrammarError` raised as job-file problems."""
+    try:
+        return parse(value)
+    except GrammarError as exc:
+        found: list[tuple[Loc, str]] = [(key, message) for key, message in exc.problems]
+        raise problems(found) from None
+
+
+def _check_duration(value: str) -> str:
+    _job_value(duration_ms, value)
+    return value.strip()
+
+
+def _check_time(value: Any) -> int:
+    return _job_value(time_ms, value)
+
+
+_URL = re.compile(r"pulsar(\+ssl)?://[^/\s:]+(:\d+)?(,[^/\s:]+(:\d+)?)*/?")
+
+
+def _check_url(value: str) -> str:
+    if not _URL.fullmatch(value.strip()):
+        raise problem(f"expected pulsar://host:port or pulsar+ssl://host:port, got {show(value)}")
+    return value.strip()
+
+
+_PY_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def _check_py_spec(value: str) -> str:
+    if not _PY_SPEC.fullmatch(value.strip()):
+        raise problem(f"expected module:function (e.g. jobs.transforms:enrich), got {show(value)}")
+    return value.strip()
+
+
+def _check_prefix(value: str) -> str:
+    if not value.strip():
+        raise problem("must not be empty")
+    if len(value) > 200:
+        raise problem(f"at most 200 characters, got {len(value)}")
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise problem(f"must not contain spaces or control characters, got {show(value)}")
+    return value
+
+
+def _one_or_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+Text = Annotated[str, AfterValidator(_non_empty)]
+PosInt = Annotated[int, BeforeValidator(_not_bool), Field(ge=1)]
+NonNegInt = Annotated[int, BeforeValidator(_not_bool), Field(ge=0)]
+Duration = Annotated[str, AfterValidator(_check_duration)]
+TimeMs = Annotated[int, BeforeValidator(_check_time)]
+ServiceUrl = Annotated[str, AfterValidator(_check_url)]
+ConfValue = Annotated[str, BeforeValidator(_scalar_text)]
+
+
+# -- positions and bounds -------------------------------------------------------------------
+
+
+def _offsets(value: Any) -> str | dict[str, str]:
+    """``earliest``, ``latest`` or topic-partition → position (:func:`~pipelines.options.grammar.offsets_spec`)."""
+    spec = _job_value(offsets_spec, value)
+    return spec if isinstance(spec, str) else {k: str(v) for k, v in spec.items()}
+
+
+StartingOffsets = Annotated[str | dict[str, str], BeforeValidator(_offsets)]
+
+
+class BoundError(ValueError):
+    """A ``--from``/``--to`` value or a ``backfill`` bound is not a position, time or offsets mapping."""
+
+
+class Section(BaseModel):
+    """Base of every job section: unknown keys are errors, secrets never reach a repr."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        coerce_numbers_to_str=True,
+        hide_input_in_errors=True,
+    )
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, mask_secrets(value, name)
+
+
+class Bound(Section):
+    """Where a bounded read starts or ends: earliest, latest, a time, or per-partition positions.
+
+    Written as ``earliest`` | ``latest`` | milliseconds | an ISO-8601 time | a mapping (or its
+    JSON text) of topic-partition → ``ledger:entry:batch``. Build one with :func:`parse_bound`.
+    """
+
+    kind: Literal["earliest", "latest", "time", "offsets"]
+    time_ms: int | None = None
+    offsets: dict[str, str] | None = None
+    text: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, data: Any) -> Any:
+        if isinstance(data, Bound):
+            return data
+        if isinstance(data, str) and data.strip().lower() in ("earliest", "latest"):
+            return {"kind": data.strip().lower()}
+        if isinstance(data, dict) or (isinstance(data, str) and data.strip().startswith("{")):
+            return {"kind": "offsets", "offsets": _offsets(data)}
+        try:
+            return {"kind": "time", "time_ms": time_ms(data), "text": str(data)}
+        except GrammarError:
+            raise problem(
+                "expected earliest, latest, a time (milliseconds or ISO-8601) or a mapping of "
+                f"topic-partition to 'ledger:entry:batch', got {show(data)}"
+            ) from None
+
+    @model_serializer(mode="plain")
+    def _dump(self) -> Any:
+        if self.kind in ("earliest", "latest"):
+            return self.kind
+        if self.kind == "time":
+            return self.text if self.text is not None else self.time_ms
+        return dict(self.offsets or {})
+
+    def options(self, end: bool = False) -> dict[str, str]:
+        """``startingOffsets``/``startingTime`` (``ending*`` with ``end``) for the source."""
+        prefix = "ending" if end else "starting"
+        if self.kind == "time":
+            return {f"{prefix}Time": str(self.time_ms)}
+        if self.kind == "offsets":
+            return {f"{prefix}Offsets": json.dumps(self.offsets, separators=(",", ":"))}
+        return {f"{prefix}Offsets": self.kind}
+
+
+def parse_bound(value: Any, *, end: bool = False) -> Bound:
+    """A :class:`Bound` from a CLI string or YAML value; ``end`` refuses ``earliest``.
+
+    A string starting with ``{`` is JSON. Raises :class:`BoundError` with a short message.
+    """
+    from pydantic import ValidationError
+
+    try:
+        bound = Bound.model_validate(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        found = (err.get("ctx") or {}).get("problems")
+        if found:
+            where, message = found[0]
+            raise BoundError(f"{format_path(where)}: {message}" if where else message) from None
+        raise BoundError(err["msg"]) from None
+    if end and bound.kind == "earliest":
+        raise BoundError("earliest is not a valid end")
+    return bound
+
+
+# -- client and connection ------------------------------------------------------------------
+
+#: ClientConfig field → pulsar.client.<option> (the Java client's names; see pipelines.options.grammar)
+_CLIENT_OPTIONS = {
+    "auth_token": "authToken",
+    "auth_token_file": "authTokenFile",
+    "operation_timeout_ms": "operationTimeoutMs",
+    "connection_timeout_ms": "connectionTimeoutMs",
+    "keep_alive_interval_seconds": "keepAliveIntervalSeconds",
+    "tls_trust_certs_file_path": "tlsTrustCertsFilePath",
+    "tls_allow_insecure_connection": "tlsAllowInsecureConnection",
+    "tls_hostname_verification_enable": "tlsHostnameVerificationEnable",
+    "tls_certificate_file_path": "tlsCertificateFilePath",
+    "tls_key_file_path": "tlsKeyFilePath",
+}
+
+
+class OAuth2Config(Section):
+    """``auth.oauth2:`` — OAuth2 client credentials (StreamNative Cloud and other managed Pulsar).
+
+    ``private_key`` is the credentials JSON (client_id, client_secret) as a path, ``file:`` or
+    ``data:`` URL: a secret-scope file on Databricks, or ``${env:...}``; it is masked.
+    """
+
+    issuer_url: Text
+    private_key: Text
+    audience: Text | None = None
+    scope: Text | None = None
+
+
+class BasicAuthConfig(Section):
+    """``auth.basic:`` — user name and password (give it as ``${env:NAME}``)."""
+
+    username: Text
+    password: SecretStr
+
+
+class AuthConfig(Section):
+    """``auth:`` — one of ``oauth2`` or ``basic`` (→ ``authPluginClassName`` + ``authParams``)."""
+
+    oauth2: OAuth2Config | None = None
+    basic: BasicAuthConfig | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> AuthConfig:
+        if (self.oauth2 is None) == (self.basic is None):
+            raise problem("give exactly one of oauth2 or basic")
+        return self
+
+    def options(self) -> dict[str, str]:
+        """``pulsar.client.authPluginClassName`` and ``authParams`` (JSON, secrets in clear)."""
+        from pipelines.options.auth import CLASS_OF
+
+        if self.oauth2 is not None:
+            o = self.oauth2
+            params = {"issuerUrl": o.issuer_url, "privateKey": o.private_key}
+            params |= {k: v for k, v in (("audience", o.audience), ("scope", o.scope)) if v is not None}
+            kind = "oauth2"
+        else:
+            assert self.basic is not None
+            params = {"userId": self.basic.username, "password": self.basic.password.get_secret_value()}
+            kind = "basic"
+        return {
+            "pulsar.client.authPluginClassName": CLASS_OF[kind],
+            "pulsar.client.authParams": json.dumps(params),
+        }
+
+
+class ClientConfig(Section):
+    """``client:`` — how to reach the cluster (→ ``pulsar.client.*`` options)."""
+
+    auth: AuthConfig | None = None
+    auth_token: SecretStr | None = None
+    auth_token_file: Text | None = None
+    operation_timeout_ms: PosInt | None = None
+    connection_timeout_ms: PosInt | None = None
+    keep_alive_interval_seconds: Annotated[float, BeforeValidator(_not_bool), Field(gt=0)] | None = None
+    tls_trust_certs_file_path: Text | None = None
+    tls_allow_insecure_connection: bool | None = None
+    tls_hostname_verification_enable: bool | None = None
+    tls_certificate_file_path: Text | None = None
+    tls_key_file_path: Text | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ClientConfig:
+        if self.auth_token is not None and self.auth_token_file is not None:
+            raise problem("give auth_token or auth_token_file, not both", "auth_token_file")
+        if self.auth is not None and (self.auth_token is not None or self.auth_token_file is not None):
+            raise problem("give auth or auth_token/auth_token_file, not both", "auth")
+        if self.auth_token is not None and not self.auth_token.get_secret_value().strip():
+            raise problem("must not be empty", "auth_token")
+        return self
+
+    def options(self) -> dict[str, str]:
+        """The ``pulsar.client.*`` options of the fields that are set (secrets in clear)."""
+        out: dict[str, str] = {}
+        for field, option in _CLIENT_OPTIONS.items():
+            value = getattr(self, field)
+            if value is None:
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            elif isinstance(value, bool):
+                value = "true" if value else "false"
+            elif isinstance(value, float):
+                value = f"{value:g}"
+            out[f"pulsar.client.{option}"] = str(value)
+        if self.auth is not None:
+            out.update(self.auth.options())
+        return out
+
+
+class PulsarDefaults(Section):
+    """The profile's ``pulsar:`` section: defaults for every Pulsar source and sink of a job."""
+
+    service_url: ServiceUrl | None = None
+    client: ClientConfig = Field(default_factory=ClientConfig)
+
+
+# -- sources ------------------------------------------------------------------------------
+
+
+class PulsarSource(Section):
+    """``source.pulsar`` — a stream over Pulsar topics (the ``pulsarwire`` data source)."""
+
+    service_url: ServiceUrl
+    topic: Text | None = None
+    topics: Annotated[list[Text], Field(min_length=1)] | None = None
+    topics_pattern: Text | None = None
+    starting_offsets: StartingOffsets | None = None
+    starting_time: TimeMs | None = None
+    max_messages_per_trigger: PosInt | None = None
+    max_bytes_per_trigger: PosInt | None = None
+    min_messages_per_trigger: PosInt | None = None
+    max_trigger_delay: Duration | None = None
+    fail_on_data_loss: bool = True
+    wait_for_topic: bool = False
+    subscription: Text | None = None
+    schema_: Literal["raw", "auto"] = Field("raw", alias="schema")
+    include_properties: bool | None = None
+    poll_timeout_ms: PosInt | None = None
+    receiver_queue_size: PosInt | None = None
+    #: a message that cannot be decoded: fail the batch, skip it, or move it to quarantine_table
+    on_corrupt_message: Literal["fail", "skip", "quarantine"] = "fail"
+    quarantine_table: Text | None = None
+    client: ClientConfig = Field(default_factory=ClientConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> PulsarSource:
+        found: list[tuple[Loc, str]] = []
+        if self.on_corrupt_message == "quarantine" and self.quarantine_table is None:
+            found.append(
+                (("quarantine_table",), "required with on_corrupt_message: quarantine (the Delta table)")
+            )
+        if self.quarantine_table is not None and self.on_corrupt_message != "quarantine":
+            found.append((("quarantine_table",), "only with on_corrupt_message: quarantine"))
+        given = [k for k in ("topic", "topics", "topics_pattern") if getattr(self, k) is not None]
+        if len(given) != 1:
+            got = f" (got {', '.join(given)})" if given else ""
+            found.append(((), f"give exactly one of topic, topics, topics_pattern{got}"))
+        if self.topics_pattern is not None:
+            try:
+                re.compile(self.topics_pattern)
+            except re.error as exc:
+                found.append((("topics_pattern",), f"not a regular expression: {exc}"))
+        if self.starting_offsets is not None and self.starting_time is not None:
+            found.append((("starting_time",), "give starting_offsets or starting_time, not both"))
+        lo, hi = self.min_messages_per_trigger, self.max_messages_per_trigger
+        if lo is not None and hi is not None and lo > hi:
+            found.append((("min_messages_per_trigger",), f"{lo} is above max_messages_per_trigger {hi}"))
+        if self.max_trigger_delay is not None and lo is None:
+            found.append((("max_trigger_delay",), "only with min_messages_per_trigger"))
+        if found:
+            raise problems(found)
+        return self
+
+
+class DeltaSource(Section):
+    """``source.delta`` — a stream over a Delta table (publish jobs: Delta → Pulsar)."""
+
+    path: Text
+    starting_version: NonNegInt | None = None
+
+    def read_options(self) -> dict[str, str]:
+        """Options of Spark's Delta stream reader (``startingVersion``)."""
+        if self.starting_version is None:
+            return {}
+        return {"startingVersion": str(self.starting_version)}
+
+
+def _exactly_one(model: BaseModel, names: tuple[str, ...]) -> None:
+    given = [n for n in names if getattr(model, n) is not None]
+    if len(given) != 1:
+        got = f" (got {', '.join(given)})" if given else ""
+        raise problem(f"give exactly one of {', '.join(names)}{got}")
+
+
+class Source(Section):
+    """``source:`` — exactly one of ``pulsar`` and ``delta``."""
+
+    pulsar: PulsarSource | None = None
+    delta: DeltaSource | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Source:
+        _exactly_one(self, ("pulsar", "delta"))
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "pulsar" if self.pulsar is not None else "delta"
+
+
+# -- transform ----------------------------------------------------------------------------
+
+
+class Transform(Section):
+    """``transform:`` — SQL statements over the view ``source``, or one Python function."""
+
+    sql: Annotated[list[Text], BeforeValidator(_one_or_list), Field(min_length=1)] | None = None
+    python: Annotated[str, AfterValidator(_check_py_spec)] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Transform:
+        _exactly_one(self, ("sql", "python"))
+        return self
+
+
+def import_function(spec: str, roots: tuple[Path, ...] = ()) -> Callable[..., Any]:
+    """The function named by ``module:function``; ``roots`` are put on ``sys.path`` first.
+
+    Raises ValueError with a short message (no module, no such function, import failed).
+    """
+    module_name, _, func_name = spec.partition(":")
+    for root in roots:
+        text = str(root)
+        if text not in sys.path:
+            sys.path.insert(0, text)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise ValueError(f"no module named {exc.name!r}") from None
+        raise ValueError(f"importing {module_name} failed: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:
+        raise ValueError(f"importing {module_name} failed: {type(exc).__name__}: {exc}") from None
+    func = getattr(module, func_name, None)
+    if func is None or not callable(func):
+        raise ValueError(f"module {module_name!r} has no function {func_name!r}")
+    return func  # type: ignore[no-any-return]
+
+
+# -- sinks ----------------------------------------------------------------------------------
+
+
+class DeltaSink(Section):
+    """``sink.delta`` — append or merge each micro-batch into a Delta table, exactly once."""
+
+    path: Text
+    mode: Literal["append", "merge"] = "append"
+    partition_by: Annotated[list[Text], Field(min_length=1)] | None = None
+    merge_keys: Annotated[list[Text], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> DeltaSink:
+        if self.mode == "merge" and self.merge_keys is None:
+            raise problem("required with mode: merge (the columns that identify a row)", "merge_keys")
+        if self.mode != "merge" and self.merge_keys is not None:
+            raise problem("only with mode: merge", "merge_keys")
+        return self
+
+
+class PulsarSink(Section):
+    """``sink.pulsar`` — publish each row (``value``, optional ``key``/``properties``/...)."""
+
+    service_url: ServiceUrl
+    topic: Text | None = None
+    exactly_once: bool = True
+    producer_name_prefix: Annotated[str, AfterValidator(_check_prefix)] | None = None
+    batching: bool = True
+    batching_max_messages: PosInt | None = None
+    batching_max_publish_delay_ms: NonNegInt | None = None
+    compression: (
+        Annotated[Literal["NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"], BeforeValidator(_upper)] | None
+    ) = None
+    max_pending_messages: PosInt | None = None
+    send_timeout_ms: NonNegInt | None = None
+    hashing_scheme: Literal["JavaStringHash", "Murmur3_32Hash"] | None = None
+    ignore_extra_columns: bool = False
+    client: ClientConfig = Field(default_factory=ClientConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> PulsarSink:
+        if not self.exactly_once and self.producer_name_prefix is not None:
+            raise problem("only with exactly_once: true", "producer_name_prefix")
+        return self
+
+
+class ConsoleSink(Section):
+    """``sink.console`` — print each micro-batch (trying a job out)."""
+
+    rows: PosInt = 20
+    truncate: bool = True
+
+
+class Sink(Section):
+    """``sink:`` — exactly one of ``delta``, ``pulsar`` and ``console``."""
+
+    delta: DeltaSink | None = None
+    pulsar: PulsarSink | None = None
+    console: ConsoleSink | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Sink:
+        _exactly_one(self, ("delta", "pulsar", "console"))
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "delta" if self.delta is not None else "pulsar" if self.pulsar is not None else "console"
+
+
+# -- trigger, spark, backfill ---------------------------------------------------------------
+
+_TRIGGER_HELP = "expected availableNow, once or {processing_time: <duration>}"
+
+
+class Trigger(Section):
+    """``trigger:`` — ``availableNow`` | ``once`` | ``{processing_time: 30s}``."""
+
+    kind: Literal["availableNow", "once", "processing_time"]
+    processing_time: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, data: Any) -> Any:
+        if isinstance(data, Trigger):
+            return data
+        if isinstance(data, str):
+            if data in ("availableNow", "once"):
+                return {"kind": data}
+            raise problem(f"{_TRIGGER_HELP}, got {show(data)}{_suggest(data, ['availableNow', 'once'])}")
+        if isinstance(data, dict) and data:
+            unknown = [k for k in data if k != "processing_time"]
+            if unknown:
+                raise problem("unknown key (expected processing_time)", str(unknown[0]))
+            value = data["processing_time"]
+            if not isinstance(value, str | int) or isinstance(value, bool):
+                raise problem(f"expected a duration such as 30s, got {kind_of(value)}", "processing_time")
+            try:
+                duration_ms(value)
+            except GrammarError as exc:
+                raise problem(str(exc), "processing_time") from None
+            return {"kind": "processing_time", "processing_time": str(value).strip()}
+        raise problem(f"{_TRIGGER_HELP}, got {kind_of(data)}")
+
+    @model_serializer(mode="plain")
+    def _dump(self) -> Any:
+        if self.kind == "processing_time":
+            return {"processing_time": self.processing_time}
+        return self.kind
+
+    @property
+    def interval_ms(self) -> int | None:
+        """The processing-time interval in milliseconds (None for availableNow/once)."""
+        return None if self.processing_time is None else duration_ms(self.processing_time)
+
+    def spark_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``DataStreamWriter.trigger``."""
+        if self.kind == "availableNow":
+            return {"availableNow": True}
+        if self.kind == "once":
+            return {"once": True}
+        return {"processingTime": f"{self.interval_ms} milliseconds"}
+
+
+def _available_now() -> Trigger:
+    return Trigger.model_construct(kind="availableNow", processing_time=None)
+
+
+class SparkSettings(Section):
+    """``spark:`` — the session (profile) plus per-job conf; mappings merge profile → job."""
+
+    session: Literal["new", "existing"] = "new"
+    master: Text | None = None
+    app_name: Text | None = None
+    delta_engine: Literal["auto", "deltalake", "delta-spark"] = "auto"
+    conf: dict[str, ConfValue] = Field(default_factory=dict)
+    storage_options: dict[str, SecretStr] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> SparkSettings:
+        if self.session == "existing" and self.master is not None:
+            raise problem("only with session: new (an existing session keeps its master)", "master")
+        return self
+
+
+class Backfill(Section):
+    """``backfill:`` — the default range of ``pipelines backfill`` (``from`` required, ``to`` = latest)."""
+
+    start: Bound = Field(alias="from")
+    end: Bound | None = Field(None, alias="to")
+
+    @model_validator(mode="after")
+    def _check(self) -> Backfill:
+        if self.end is not None and self.end.kind == "earliest":
+            raise problem("earliest is not a valid end", "to")
+        if (
+            self.end is not None
+            and self.start.kind == "time"
+            and self.end.kind == "time"
+            and (self.start.time_ms or 0) >= (self.end.time_ms or 0)
+        ):
+            raise problem("must be after from", "to")
+        return self
+
+
+# -- the job --------------------------------------------------------------------------------
+
+
+def _is_table_name(target: str) -> bool:
+    return "/" not in target and "\\" not in target and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", target)
+
+
+class Job(Section):
+    """A validated job: profile, job file and ``--set`` overrides merged, ``${...}`` resolved.
+
+    Built by :func:`pipelines.jobs.config.load_job`, which also records :attr:`source_file`
+    (for messages), :attr:`env` and :attr:`profile_file`.
+    """
+
+    name: Name
+    description: str | None = None
+    vars: dict[str, Any] = Field(default_factory=dict)
+    pulsar: PulsarDefaults | None = None
+    source: Source
+    transform: Transform | None = None
+    sink: Sink
+    trigger: Trigger = Field(default_factory=_available_now)
+    checkpoint: Text | None = None
+    offsets: Text | None = None
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    backfill: Backfill | None = None
+
+    _source_file: str = PrivateAttr("<job>")
+    _env: str | None = PrivateAttr(None)
+    _profile_file: str | None = PrivateAttr(None)
+    _root: Path = PrivateAttr(default_factory=Path.cwd)
+    _secrets: frozenset[str] = PrivateAttr(frozenset())
+    _via: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> Job:
+        found: list[tuple[Loc, str]] = []
+        pulsar_in, delta_out = self.source.pulsar is not None, self.sink.delta is not None
+        if self.checkpoint is None and self.sink.console is None:
+            found.append(
+                (("checkpoint",), "required (the directory where Spark records the stream's progress)")
+            )
+        if self.offsets is None and pulsar_in and delta_out:
+            found.append(
+                (
+                    ("offsets",),
+                    "required when the source is pulsar and the sink is delta (the offset store table)",
+                )
+            )
+        if self.offsets is not None and not pulsar_in:
+            found.append((("offsets",), "only for a pulsar source"))
+        if self.backfill is not None and not pulsar_in:
+            found.append((("backfill",), "only for a pulsar source"))
+        if self.spark.delta_engine == "deltalake":
+            for where, target in (
+                (("source", "delta", "path"), self.source.delta.path if self.source.delta else None),
+                (
+                    ("source", "pulsar", "quarantine_table"),
+                    self.source.pulsar.quarantine_table if self.source.pulsar else None,
+                ),
+                (("sink", "delta", "path"), self.sink.delta.path if self.sink.delta else None),
+                (("offsets",), self.offsets),
+            ):
+                if target is not None and _is_table_name(target):
+                    found.append(
+                        (
+                            where,
+                            f"{target!r} is a table name: the deltalake engine takes paths "
+                            "(or use delta-spark)",
+                        )
+                    )
+        if found:
+            raise problems(found)
+        return self
+
+    # -- provenance --------------------------------------------------------------------------
+
+    @property
+    def source_file(self) -> str:
+        """The job file as the user named it (``jobs/orders_ingest.yaml``)."""
+        return self._source_file
+
+    @property
+    def env(self) -> str | None:
+        """The profile name (``local``), None when built without one."""
+        return self._env
+
+    @property
+    def profile_file(self) -> str | None:
+        return self._profile_file
+
+    @property
+    def project_root(self) -> Path:
+        """Where relative job paths and ``transform.python`` modules are resolved."""
+        return self._root
+
+    def origin(self, path: str) -> str:
+        """Where the value at ``path`` came from, for messages: ``pulsar.service_url (conf/local.yaml)
+        ← $PULSAR_URL``; empty when it was written in place."""
+        return " ← ".join(self._via.get(path, ()))
+
+    def error(self, path: str, message: str) -> JobError:
+        """A :class:`JobError` ``<job file>: <path>: <message>`` (for the runner's own checks)."""
+        return JobError(
+            f"{self._source_file}: {path}: {message}" if path else f"{self._source_file}: {message}"
+        )
+
+    def __repr__(self) -> str:
+        return _scrub(super().__repr__(), self._secrets)
+
+    def __str__(self) -> str:
+        return _scrub(super().__str__(), self._secrets)
+
+    # -- what the runner needs -----------------------------------------------------------------
+
+    @property
+    def subscription(self) -> str:
+        """The durable subscription of a Pulsar source (default: the job name)."""
+        src = self.source.pulsar
+        return src.subscription if src is not None and src.subscription else self.name
+
+    @property
+    def app_name(self) -> str:
+        return self.spark.app_name or f"pipelines-{self.name}"
+
+    def storage_options(self) -> dict[str, str] | None:
+        """``spark.storage_options`` in clear for deltalake (None when empty)."""
+        opts = {k: v.get_secret_value() for k, v in self.spark.storage_options.items()}
+        return opts or None
+
+    def source_options(self) -> dict[str, str]:
+        """The ``pulsarwire`` source options of ``source.pulsar`` (streaming; secrets in clear).
+
+        ``offsetStore``/``job`` are not included: the runner adds them
+        (``ExactlyOnceJob.stream_options``). Raises JobError when the source is not Pulsar.
+        """
+        src = self.source.pulsar
+        if src is None:
+            raise self.error("source", f"is {self.source.kind}, not pulsar")
+        opts: dict[str, str] = {"service.url": src.service_url}
+        if src.topic is not None:
+            opts["topic"] = src.topic
+        elif src.topics is not None:
+            opts["topics"] = ",".join(src.topics)
+        elif src.topics_pattern is not None:
+            opts["topicsPattern"] = src.topics_pattern
+        if isinstance(src.starting_offsets, dict):
+            opts["startingOffsets"] = json.dumps(src.starting_offsets, separators=(",", ":"))
+        elif src.starting_offsets is not None:
+            opts["startingOffsets"] = src.starting_offsets
+        if src.starting_time is not None:
+            opts["startingTime"] = str(src.starting_time)
+        for field, option in (
+            ("max_messages_per_trigger", "maxMessagesPerTrigger"),
+            ("max_bytes_per_trigger", "maxBytesPerTrigger"),
+            ("min_messages_per_trigger", "minMessagesPerTrigger"),
+            ("max_trigger_delay", "maxTriggerDelay"),
+            ("poll_timeout_ms", "pollTimeoutMs"),
+            ("receiver_queue_size", "receiverQueueSize"),
+        ):
+            value = getattr(src, field)
+            if value is not None:
+                opts[option] = str(value)
+        opts["failOnDataLoss"] = "true" if src.fail_on_data_loss else "false"
+        if src.wait_for_topic:
+            opts["waitForTopic"] = "true"
+        if src.include_properties is not None:
+            opts["includeProperties"] = "true" if src.include_properties else "false"
+        opts["subscriptionName"] = self.subscription
+        opts["schema"] = src.schema_
+        if src.on_corrupt_message != "fail":
+            opts["onCorruptMessage"] = src.on_corrupt_message
+        opts.update(src.client.options())
+        return opts
+
+    def backfill_options(self, start: Bound | None = None, end: Bound | None = None) -> dict[str, str]:
+        """Options of a bounded batch read (``spark.read``) for ``pipelines backfill``.
+
+        ``start``/``end`` (from ``--from``/``--to``) override the ``backfill`` section; the end
+        defaults to latest. The streaming-only options (admission control, subscription,
+        starting position) are left out. Raises JobError without a start.
+        """
+        opts = self.source_options()
+        for key in (
+            "maxMessagesPerTrigger",
+            "maxBytesPerTrigger",
+            "minMessagesPerTrigger",
+            "maxTriggerDelay",
+            "subscriptionName",
+            "startingOffsets",
+            "startingTime",
+            "waitForTopic",
+        ):
+            opts.pop(key, None)
+        section = self.backfill
+        start = start or (section.start if section else None)
+        end = end or (section.end if section else None)
+        if start is None:
+            raise self.error("backfill", "no range: give --from (and --to) or a backfill section")
+        if end is not None and end.kind == "earliest":
+            raise self.error("backfill.to", "earliest is not a valid end")
+        opts.update(start.options())
+        opts.update((end or Bound.model_construct(kind="latest")).options(end=True))
+        return opts
+
+    def sink_options(self) -> dict[str, str]:
+        """The ``pulsarwire`` sink options of ``sink.pulsar`` (secrets in clear).
+
+        ``producerNamePrefix`` is the job name unless set (exactly once); ``batchId`` is the
+        runner's. Raises JobError when the sink is not Pulsar.
+        """
+        snk = self.sink.pulsar
+        if snk is None:
+            raise self.error("sink", f"is {self.sink.kind}, not pulsar")
+        opts: dict[str, str] = {"service.url": snk.service_url}
+        if snk.topic is not None:
+            opts["topic"] = snk.topic
+        opts["batchingEnabled"] = "true" if snk.batching else "false"
+        for field, option in (
+            ("batching_max_messages", "batchingMaxMessages"),
+            ("batching_max_publish_delay_ms", "batchingMaxPublishDelayMs"),
+            ("compression", "compressionType"),
+            ("max_pending_messages", "maxPendingMessages"),
+            ("send_timeout_ms", "sendTimeoutMs"),
+            ("hashing_scheme", "hashingScheme"),
+        ):
+            value = getattr(snk, field)
+            if value is not None:
+                opts[option] = str(value)
+        if snk.exactly_once:
+            opts["producerNamePrefix"] = snk.producer_name_prefix or self.name
+        if snk.ignore_extra_columns:
+            opts["ignoreExtraColumns"] = "true"
+        opts.update(snk.client.options())
+        return opts
+
+    def transform_function(self) -> Callable[..., Any] | None:
+        """The ``transform.python`` function (None without one); the project root goes on sys.path.
+
+        Raises JobError naming ``transform.python`` when it cannot be imported.
+        """
+        if self.transform is None or self.transform.python is None:
+            return None
+        try:
+            return import_function(self.transform.python, (self._root,))
+        except ValueError as exc:
+            raise self.error("transform.python", str(exc)) from None
+
+
+def _scrub(text: str, secrets: frozenset[str]) -> str:
+    return mask(text, secrets)

@@ -1,0 +1,59 @@
+"""The ``pulsarwire`` Spark data source: one class that Spark instantiates per query.
+
+Spark builds a :class:`PulsarWireDataSource` from the options of
+``spark.read/readStream/write/writeStream.format("pulsarwire")`` and asks it
+for a schema, a reader, a stream reader, a writer or a stream writer. The real
+work lives in :mod:`pipelines.spark.reader` (planning and reading) and
+:mod:`pipelines.spark.sink` (exactly-once producing); this module only dispatches.
+Register it once per session with :func:`pipelines.register`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import (
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
+    from pyspark.sql.types import StructType
+
+from pipelines import FORMAT
+
+
+class PulsarWireDataSource(DataSource):
+    """``format("pulsarwire")``: Pulsar topics as a batch or streaming source and sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        from pipelines.spark.reader import source_schema
+
+        return source_schema(self.options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from pipelines.spark.reader import PulsarBatchReader
+
+        return PulsarBatchReader(self.options, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from pipelines.spark.reader import PulsarStreamReader
+
+        return PulsarStreamReader(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from pipelines.spark.sink import PulsarBatchWriter
+
+        return PulsarBatchWriter(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from pipelines.spark.sink import PulsarStreamWriter
+
+        return PulsarStreamWriter(self.options, schema, overwrite)

@@ -1,0 +1,435 @@
+"""Driver-side planning for the ``pulsarwire`` source (no Spark in here).
+
+* :class:`TopicSelector` — ``topic`` | ``topics`` | ``topicsPattern`` resolved to
+  topic-partition names (a partitioned topic expands to its partitions). The source never
+  creates a topic: metadata is asked with ``metadata_auto_creation_enabled=false`` and the
+  zero-permit consumers subscribe with ``force_topic_creation=false``, so a named topic that
+  does not exist is a :class:`~pipelines.errors.MissingTopicError` naming the namespace's
+  closest topics (:func:`missing_topic`) — or, for a stream that opted in
+  (``waitForTopic``), a topic left out until it is created.
+* :class:`Planner` — holds one pulsarwire client on the driver and answers the
+  questions a micro-batch needs: which partitions exist now, the last message
+  of each (GET_LAST_MESSAGE_ID), the position just before the first message
+  published at or after a time, and how far to read so that a batch respects
+  ``maxMessagesPerTrigger`` / ``maxBytesPerTrigger`` (:meth:`Planner.advance`).
+* The backlog-holding subscription: with a ``subscriptionName`` the planner keeps
+  a durable, zero-permit consumer per topic-partition. It never receives
+  messages; it answers GET_LAST_MESSAGE_ID and the backlog count, and it is
+  acknowledged cumulatively (:meth:`Planner.release`) only up to positions the
+  caller says are committed downstream. A position in the middle of a batch
+  releases only the entries before it.
+
+Pulsar has no message offsets: counting messages between two positions means
+reading them. So limits are enforced by scanning forward on the driver (message
+ids and value sizes only are kept), once per batch and only as far as the limit;
+without limits nothing is scanned.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+import threading
+import uuid
+from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pulsarwire.client.core import topic_name
+from pulsarwire.codec.message_id import MessageId
+from pulsarwire.errors import CorruptMessageError as CorruptEntry
+from pulsarwire.errors import OperationTimeoutError, PulsarWireError, TopicNotFound
+
+from pipelines.errors import CorruptMessageError, MissingTopicError, OptionError, PipelinesError
+from pipelines.options.grammar import ClientSettings
+from pipelines.state.positions import Offsets, Position, partition_of
+
+log = logging.getLogger("pipelines.spark.reader")
+
+
+def full_topic_name(topic: str) -> str:
+    """``x`` → ``persistent://public/default/x``; ``t/n/x`` → ``persistent://t/n/x`` (the client's rule)."""
+    return topic_name(topic.strip())
+
+
+@dataclass(frozen=True)
+class TopicSelector:
+    """Exactly one of ``topic``, ``topics`` (comma list) and ``topicsPattern``."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> TopicSelector:
+        given = [k for k in ("topic", "topics", "topicsPattern") if options.get(k)]
+        if len(given) != 1:
+            raise OptionError(
+                "topic",
+                "give exactly one of topic, topics, topicsPattern"
+                + (f" (got {', '.join(given)})" if given else ""),
+            )
+        key = given[0]
+        value = options[key]
+        if key == "topicsPattern":
+            pattern = full_topic_name(value)
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise OptionError("topicsPattern", f"not a regular expression: {exc}") from None
+            return cls(pattern=pattern)
+        names = tuple(full_topic_name(t) for t in value.split(",") if t.strip())
+        if not names:
+            raise OptionError(key, "no topic named")
+        return cls(topics=names)
+
+    def namespace(self) -> str:
+        assert self.pattern is not None
+        return "/".join(self.pattern.split("://", 1)[1].split("/")[:2])
+
+    def resolve(self, client: Any) -> list[str]:
+        """Every topic-partition selected now, sorted (without creating any topic).
+
+        A named topic the broker does not know raises MissingTopicError; one it answers
+        "0 partitions" for is listed as is (:meth:`Planner.partitions` checks that it exists).
+        """
+        found: set[str] = set()
+        if self.pattern is not None:
+            found.update(client.get_topics_of_namespace(self.namespace(), self.pattern))
+        for t in self.topics:
+            try:
+                found.update(client.get_topic_partitions(t, create=False))
+            except TopicNotFound:
+                raise missing_topic(client, t) from None
+        return sorted(found)
+
+
+def _namespace_of(topic: str) -> str:
+    return "/".join(topic.split("://", 1)[-1].split("/")[:2])
+
+
+def _short(topic: str) -> str:
+    return topic.split("://", 1)[-1].split("/", 2)[-1]
+
+
+def missing_topic(client: Any, topic: str) -> MissingTopicError:
+    """The error for ``topic`` not existing, with the namespace's closest existing topics.
+
+    The namespace is listed (GET_TOPICS_OF_NAMESPACE) for the suggestions only: when the role
+    may not list it, the error just names the topic.
+    """
+    namespace = _namespace_of(topic)
+    try:
+        names = client.get_topics_of_namespace(namespace)
+    except PulsarWireError as exc:
+        log.debug("listing %s for suggestions failed: %s", namespace, exc)
+        return MissingTopicError(topic, namespace, (), listed=False)
+    parents = sorted({re.sub(r"-partition-\d+$", "", n) for n in names} - {topic})
+    by_short = {_short(n): n for n in parents}
+    near = difflib.get_close_matches(_short(topic), list(by_short), n=3, cutoff=0.5)
+    return MissingTopicError(topic, namespace, tuple(near))
+
+
+class PlanCancelled(PipelinesError):
+    """A plan made in the background was abandoned before it finished (the query stopped)."""
+
+
+@dataclass(frozen=True)
+class Scan:
+    """How far a partition was scanned: the last position taken and what it held."""
+
+    position: Position
+    rows: int
+    bytes: int
+    more: bool  # rows remained before the partition's end
+
+
+def _position_at(batch: Any, i: int) -> Position:
+    """The position after taking row ``i`` of a bulk RecordBatch.
+
+    A batch index becomes -1 (the whole entry) when the next row is in another entry, i.e.
+    the batch is complete; at the last row of a RecordBatch that is not known, so the
+    batch index stays (a position inside a batch is exact, just not the shortest form).
+    """
+    ledger = batch.column("ledger_id")[i].as_py()
+    entry = batch.column("entry_id")[i].as_py()
+    b = batch.column("batch_index")[i].as_py()
+    if b >= 0 and i + 1 < batch.num_rows:
+        following = (batch.column("ledger_id")[i + 1].as_py(), batch.column("entry_id")[i + 1].as_py())
+        if following != (ledger, entry):
+            b = -1
+    return Position(ledger, entry, b)
+
+
+class Planner:
+    """Planning state of one query on the driver; close() it when the query stops."""
+
+    def __init__(
+        self,
+        settings: ClientSettings,
+        selector: TopicSelector,
+        *,
+        subscription: str | None = None,
+        poll_timeout_ms: int = 30_000,
+        on_corrupt: str = "raise",
+        wait_for_topics: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.selector = selector
+        self.subscription = subscription
+        self.poll_timeout_ms = poll_timeout_ms
+        #: what a scan makes of a corrupt entry (``read_arrow``'s on_corrupt: a row counts like any)
+        self.on_corrupt = on_corrupt
+        self.wait_for_topics = wait_for_topics
+        self._client: Any = None
+        self._watchers: dict[str, Any] = {}  # topic-partition -> zero-permit consumer
+        self._waiting: set[str] = set()  # named topics that do not exist yet (wait_for_topics)
+
+    # -- plumbing -------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self.settings.client()
+        return self._client
+
+    def close(self) -> None:
+        for c in self._watchers.values():
+            try:
+                c.close()
+            except Exception as exc:  # closing is best effort; the broker drops them with the connection
+                log.debug("closing %s: %s", c.topic(), exc)
+        self._watchers.clear()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _watcher(self, tp: str) -> Any:
+        """The consumer that answers GET_LAST_MESSAGE_ID for ``tp`` (and holds its backlog if durable)."""
+        w = self._watchers.get(tp)
+        if w is None:
+            durable = self.subscription is not None
+            from pulsarwire.client.blocking import ConsumerType, InitialPosition
+
+            w = self.client.subscribe(
+                tp,
+                self.subscription or f"pipelines-plan-{uuid.uuid4().hex[:12]}",
+                consumer_type=ConsumerType.Failover,
+                initial_position=InitialPosition.Earliest,
+                receiver_queue_size=0,
+                durable=durable,
+                ack_group_time_ms=0,  # a release is sent at once: lag figures follow it
+                # never create a topic by reading it (a partition exists with its partitioned topic)
+                force_topic_creation=partition_of(tp) >= 0,
+            )
+            self._watchers[tp] = w
+        return w
+
+    # -- questions ------------------------------------------------------------------
+    def partitions(self) -> list[str]:
+        """Every topic-partition selected now, sorted; no topic is created by asking.
+
+        A named topic that does not exist raises MissingTopicError, or with
+        ``wait_for_topics`` is left out (and logged once) until it exists.
+        """
+        found: set[str] = set()
+        if self.selector.pattern is not None:
+            found.update(
+                self.client.get_topics_of_namespace(self.selector.namespace(), self.selector.pattern)
+            )
+        for t in self.selector.topics:
+            try:
+                parts = TopicSelector(topics=(t,)).resolve(self.client)
+                if parts == [t]:  # not partitioned, or missing on a broker that answers 0 for it
+                    self._watcher(t)
+            except (MissingTopicError, TopicNotFound) as exc:
+                if not self.wait_for_topics:
+                    if isinstance(exc, MissingTopicError):
+                        raise
+                    raise missing_topic(self.client, t) from None
+                if t not in self._waiting:
+                    log.warning("topic %s does not exist yet: waiting for it to be created", t)
+                    self._waiting.add(t)
+                continue
+            if t in self._waiting:
+                log.info("topic %s exists now", t)
+                self._waiting.discard(t)
+            found.update(parts)
+        return sorted(found)
+
+    def latest(self, partitions: Iterable[str]) -> Offsets:
+        """The position of the last message of each partition (EARLIEST when it is empty)."""
+        out: dict[str, Position] = {}
+        for tp in partitions:
+            mid = self._watcher(tp).get_last_message_id()
+            pos = Position.of(mid)
+            if pos.batch_index >= 0:  # the last message of the last entry: that whole entry
+                pos = Position(pos.ledger_id, pos.entry_id, -1)
+            out[tp] = pos
+        return Offsets(out)
+
+    def backlog(self) -> dict[str, int]:
+        """Messages not yet released per partition (needs the durable subscription)."""
+        if self.subscription is None:
+            return {}
+        return {tp: sum(w.get_backlog().values()) for tp, w in self._watchers.items()}
+
+    def release(self, offsets: Offsets) -> None:
+        """Acknowledge the durable subscription cumulatively up to ``offsets`` (committed positions).
+
+        A position inside a batch releases only the entries before that batch's entry, so
+        nothing that is not committed is ever released.
+        """
+        if self.subscription is None:
+            return
+        acked = []
+        for tp, pos in offsets.items():
+            if pos.is_earliest or pos.entry_id < 0:
+                continue
+            if pos.batch_index >= 0:
+                if pos.entry_id == 0:
+                    continue
+                target = MessageId(pos.ledger_id, pos.entry_id - 1, partition_of(tp))
+            else:
+                target = MessageId(pos.ledger_id, pos.entry_id, partition_of(tp))
+            watcher = self._watcher(tp)
+            watcher.acknowledge_cumulative(target)
+            acked.append(watcher)
+        # An ack has no answer; a request after it on the same connection is answered once the
+        # broker has handled it, so backlog figures read from now on include the release.
+        for watcher in acked:
+            watcher.get_backlog()
+
+    def position_before_time(self, tp: str, time_ms: int) -> Position | None:
+        """The position just before the first message of ``tp`` published at or after ``time_ms``.
+
+        None when no such message exists yet.
+        """
+        reader = self.client.create_reader(tp, MessageId.EARLIEST, receiver_queue_size=1)
+        try:
+            reader.seek(time_ms)
+            if not reader.has_message_available():
+                return None
+            try:
+                msg = reader.read_next(timeout_millis=self.poll_timeout_ms)
+            except OperationTimeoutError:
+                return None
+            mid = msg.message_id()
+        finally:
+            reader.close()
+        if mid.batch_index > 0:
+            return Position(mid.ledger_id, mid.entry_id, mid.batch_index - 1)
+        return Position(mid.ledger_id, mid.entry_id - 1, -1)
+
+    def scan(
+        self,
+        tp: str,
+        start: Position,
+        end: Position,
+        max_rows: int | None,
+        max_bytes: int | None,
+        at_least_one: bool = True,
+        *,
+        stop: threading.Event | None = None,
+    ) -> Scan:
+        """Read ids and sizes after ``start`` until a limit is reached or ``end``.
+
+        With ``at_least_one`` a message bigger than ``max_bytes`` still goes (or a stream
+        would stall on it). ``more`` tells whether rows remain between the returned position
+        and ``end``. Each RecordBatch is cut with Arrow kernels: no Python work per message.
+        Raises :class:`PlanCancelled` once ``stop`` is set, CorruptMessageError for a corrupt
+        entry when the planner's ``on_corrupt`` is ``raise``.
+        """
+        import pyarrow.compute as pc
+
+        if not start < end:
+            return Scan(start, 0, 0, False)
+        rows = nbytes = 0
+        position = start
+        batches = self._read(tp, start, end, min(max_rows or 10_000, 10_000))
+        try:
+            for batch in batches:
+                if stop is not None and stop.is_set():
+                    raise PlanCancelled(f"{tp}: planning stopped")
+                n = batch.num_rows
+                take = n if max_rows is None else max(0, min(n, max_rows - rows))
+                sizes = None
+                if max_bytes is not None and n:
+                    sizes = pc.cumulative_sum(pc.binary_length(batch.column("value")).cast("int64"))
+                    # messages whose running total stays within the budget (the sums never decrease)
+                    fit = pc.sum(pc.less_equal(sizes, max_bytes - nbytes).cast("int64")).as_py() or 0
+                    take = min(take, fit)
+                if take == 0 and at_least_one and rows == 0 and n:
+                    take = 1
+                if take:
+                    rows += take
+                    nbytes += sizes[take - 1].as_py() if sizes is not None else 0
+                    position = _position_at(batch, take - 1)
+                if take < n:
+                    return Scan(position, rows, nbytes, True)
+        except CorruptEntry as exc:  # onCorruptMessage=fail: the driver meets it first
+            raise CorruptMessageError(tp, str(exc.message_id), exc.reason) from exc
+        finally:
+            batches.close()  # the reader stops at once, also when a limit cut the range short
+        return Scan(end, rows, nbytes, False)  # read through: everything up to ``end`` is taken
+
+    def _read(self, tp: str, start: Position, end: Position, batch_rows: int) -> Generator[Any, None, None]:
+        """The bulk RecordBatches of ``(start, end]`` (close the generator to stop the reader)."""
+        p = partition_of(tp)
+        batches: Generator[Any, None, None] = self.client.read_arrow(
+            tp,
+            start.message_id(p),
+            end.message_id(p),
+            partition=p,
+            batch_rows=batch_rows,
+            idle_timeout=self.poll_timeout_ms / 1000,
+            on_corrupt=self.on_corrupt,
+        )
+        return batches
+
+    def advance(
+        self,
+        start: Offsets,
+        latest: Offsets,
+        max_rows: int | None,
+        max_bytes: int | None,
+        *,
+        stop: threading.Event | None = None,
+    ) -> tuple[Offsets, int]:
+        """End positions for one batch from ``start`` toward ``latest`` within the limits.
+
+        The row budget is shared fairly: each partition with data gets an equal share first,
+        then what others left unused. Returns the end offsets and the rows admitted.
+        Raises :class:`PlanCancelled` once ``stop`` is set (checked between RecordBatches).
+        """
+        if max_rows is None and max_bytes is None:
+            return latest, -1
+        pos = {tp: start.get(tp, Position.EARLIEST) for tp in latest}
+        active = [tp for tp in latest if pos[tp] < latest[tp]]
+        rows_left = max_rows
+        bytes_left = max_bytes
+        total = 0
+        first_round = True
+        while active and (rows_left is None or rows_left > 0) and (bytes_left is None or bytes_left > 0):
+            n = len(active)
+            row_share = None if rows_left is None else max(1, -(-rows_left // n))
+            byte_share = None if bytes_left is None else max(1, -(-bytes_left // n))
+            still: list[str] = []
+            for tp in active:
+                if rows_left is not None and rows_left <= 0:
+                    break
+                if bytes_left is not None and bytes_left <= 0:
+                    break
+                rs = None if row_share is None else min(row_share, rows_left or 0)
+                bs = None if byte_share is None else min(byte_share, bytes_left or 0)
+                s = self.scan(tp, pos[tp], latest[tp], rs, bs, at_least_one=first_round, stop=stop)
+                pos[tp] = s.position
+                total += s.rows
+                if rows_left is not None:
+                    rows_left -= s.rows
+                if bytes_left is not None:
+                    bytes_left -= s.bytes
+                if s.more and s.rows:
+                    still.append(tp)
+            first_round = False
+            active = still
+        return Offsets(pos), total

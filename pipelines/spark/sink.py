@@ -1,0 +1,786 @@
+"""The Pulsar sink of the ``pulsarwire`` data source: batch and streaming writes, exactly once by dedup.
+
+Spark builds a :class:`PulsarBatchWriter` (``df.write``) or a :class:`PulsarStreamWriter`
+(``df.writeStream``) on the driver. Its constructor validates the options and the input
+columns (:func:`sink_settings`) before any task runs, and the writer is then pickled to the
+executors. A task receives its rows as pyarrow RecordBatches, opens one client and, lazily,
+one producer per target topic, hands every row to ``send_async`` (blocking while the pending
+queue is full), flushes, checks that every message got a receipt and returns a
+:class:`PulsarCommitMessage`. Any send error fails the task with
+:class:`~pipelines.errors.SinkError`; nothing is dropped silently.
+
+**Exactly once** (option ``producerNamePrefix``) rests on broker deduplication: the broker
+stores, per topic and producer name, the highest sequence id it has persisted and drops
+anything at or below it. The producer of Spark partition ``p`` is named ``{prefix}-{p}`` and
+row ``i`` of that task in batch ``b`` (the ``batchId`` option of a batch write, the micro-batch
+id of a stream) gets sequence id ``b * 2**32 + i`` (so ``b < 2**31`` and fewer than ``2**32``
+rows per task). When the producer connects the broker reports the highest sequence id stored
+for its name, and rows at or below it are skipped here: a replayed batch sends only what is
+missing, and no batched entry ever straddles the stored position (a broker judges a batched
+entry as a whole, so straddling would drop or duplicate part of it). For a partitioned topic
+the task produces to the partitions directly, each with its own deduplication state, and
+routes deterministically: a keyed row to ``partition_for_key(key)`` (the client's hash), a
+keyless one to partition ``p % partitions``. Replays must see the same rows in the same Spark
+partitions in the same order (docs/sink.md states the contract).
+
+On the driver, ``commit`` asks the broker (:func:`check_deduplication`) whether it really
+remembers what the tasks wrote and logs a warning when it does not: without deduplication on
+the topic or namespace a replay duplicates rows.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from pulsarwire.client.blocking import CompressionType
+from pulsarwire.client.routing import HashingScheme, partition_for_key
+from pulsarwire.errors import ProducerBusy
+
+from pipelines.errors import OptionError, SinkError, describe
+from pipelines.options.grammar import CLIENT_PREFIX, ClientSettings, client_settings, opt_bool, opt_int
+from pipelines.spark.planner import full_topic_name
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import DataType, StructType
+
+__all__ = [
+    "MAX_BATCH_ID",
+    "MAX_ROWS_PER_TASK",
+    "PulsarBatchWriter",
+    "PulsarCommitMessage",
+    "PulsarStreamWriter",
+    "SinkSettings",
+    "TopicWrite",
+    "check_deduplication",
+    "full_topic_name",
+    "producer_name",
+    "sequence_id",
+    "sink_settings",
+]
+
+log = logging.getLogger("pipelines.spark.sink")
+
+#: sequence id = batch_id << ROW_BITS | row index within the task
+ROW_BITS = 32
+MAX_ROWS_PER_TASK = 2**ROW_BITS
+#: keeps every sequence id below 2**63 (Pulsar's sequence ids are Java longs)
+MAX_BATCH_ID = 2**31 - 1
+MAX_PREFIX_LENGTH = 200
+#: how long a task waits for its producer name while an earlier attempt of it still holds the name
+PRODUCER_BUSY_WAIT_SECONDS = 120.0
+
+#: the input columns the sink understands
+COLUMNS = ("value", "key", "topic", "properties", "eventTime")
+
+#: sink options (canonical spelling); Spark hands them over lower-cased
+_OPTIONS = (
+    "service.url",
+    "topic",
+    "batchingEnabled",
+    "batchingMaxMessages",
+    "batchingMaxPublishDelayMs",
+    "compressionType",
+    "maxPendingMessages",
+    "sendTimeoutMs",
+    "hashingScheme",
+    "producerNamePrefix",
+    "batchId",
+    "ignoreExtraColumns",
+)
+#: put there by Spark itself (writeStream's checkpointLocation)
+_SPARK_OPTIONS = ("checkpointlocation",)
+
+_COMPRESSION = {
+    "NONE": CompressionType.NONE,
+    "LZ4": CompressionType.LZ4,
+    "ZLIB": CompressionType.ZLIB,
+    "ZSTD": CompressionType.ZSTD,
+    "SNAPPY": CompressionType.SNAPPY,
+}
+_PARTITION_SUFFIX = re.compile(r"-partition-\d+$")
+
+DEDUP_WARNING = (
+    "pulsarwire sink: %s does not deduplicate: the broker reports last sequence id %d for producer "
+    "%r, which just wrote up to %d. Exactly-once (producerNamePrefix) needs deduplication enabled on "
+    "the topic or its namespace (pulsar-admin namespaces set-deduplication --enable <tenant/namespace>, "
+    "or brokerDeduplicationEnabled=true); until then a replayed batch is published twice."
+)
+
+
+# -- settings (driver) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """Everything a task needs, validated on the driver; picklable."""
+
+    client: ClientSettings
+    #: default topic for rows without a ``topic`` column value
+    topic: str | None
+    #: keyword arguments of ``Client.create_producer`` (ProducerConfig fields)
+    producer_config: dict[str, Any]
+    hashing_scheme: HashingScheme
+    #: exactly-once mode when set
+    producer_name_prefix: str | None
+    #: the ``batchId`` option (batch writes in exactly-once mode)
+    batch_id: int | None
+    #: which of COLUMNS the input has
+    columns: frozenset[str]
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.producer_name_prefix is not None
+
+
+def _type_name(dt: DataType) -> str:
+    return dt.simpleString()
+
+
+def _check_columns(schema: StructType, ignore_extra: bool) -> frozenset[str]:
+    from pyspark.sql.types import BinaryType, MapType, StringType, TimestampType
+
+    fields = {f.name: f.dataType for f in schema.fields}
+    allowed = ", ".join(COLUMNS)
+    if "value" not in fields:
+        have = ", ".join(fields) or "none"
+        raise SinkError(
+            f"column 'value' is required: the message payload, binary or string (the input has: {have})"
+        )
+    expected: dict[str, tuple[str, Any]] = {
+        "value": ("binary or string", lambda t: isinstance(t, BinaryType | StringType)),
+        "key": ("string or binary", lambda t: isinstance(t, StringType | BinaryType)),
+        "topic": ("string", lambda t: isinstance(t, StringType)),
+        "properties": (
+            "map<string,string>",
+            lambda t: (
+                isinstance(t, MapType)
+                and isinstance(t.keyType, StringType)
+                and isinstance(t.valueType, StringType)
+            ),
+        ),
+        "eventTime": ("timestamp", lambda t: isinstance(t, TimestampType)),
+    }
+    for name, (wanted, ok) in expected.items():
+        if name in fields and not ok(fields[name]):
+            raise SinkError(f"column {name!r} must be {wanted}, got {_type_name(fields[name])}")
+    extra = [n for n in fields if n not in expected]
+    if extra and not ignore_extra:
+        names = ", ".join(repr(n) for n in extra)
+        hint = ""
+        lower = {c.lower(): c for c in COLUMNS}
+        near = [f"{n!r} -> {lower[n.lower()]!r}" for n in extra if n.lower() in lower]
+        if near:
+            hint = f" (column names are case-sensitive: {', '.join(near)})"
+        raise SinkError(
+            f"unknown column(s) {names}: the sink writes only {allowed}{hint}; "
+            "drop or rename them, or set ignoreExtraColumns=true"
+        )
+    return frozenset(n for n in fields if n in expected)
+
+
+def _known_options(opts: Mapping[str, str]) -> dict[str, str]:
+    """The sink options by canonical name; raises OptionError for an unknown one."""
+    canonical = {name.lower(): name for name in _OPTIONS}
+    out: dict[str, str] = {}
+    for key, value in opts.items():
+        low = key.lower()
+        if low.startswith(CLIENT_PREFIX) or low in _SPARK_OPTIONS:
+            continue
+        if low not in canonical:
+            if low == "path":
+                raise OptionError("path", "the sink takes no path: give the topic option or a topic column")
+            near = difflib.get_close_matches(low, list(canonical), n=1)
+            hint = f"did you mean {canonical[near[0]]}? " if near else ""
+            known = ", ".join(_OPTIONS)
+            raise OptionError(key, f"unknown sink option ({hint}known: {known}, pulsar.client.*)")
+        out[canonical[low]] = value
+    return out
+
+
+def sink_settings(options: Mapping[str, str], schema: StructType, *, streaming: bool) -> SinkSettings:
+    """Validate the options and the input columns of a write.
+
+    Raises OptionError (naming the option) for a missing, unknown or malformed option and
+    SinkError for missing, mistyped or unknown input columns.
+    """
+    opts = {k.lower(): v for k, v in options.items()}
+    client = client_settings(opts)
+    o = _known_options(opts)
+    columns = _check_columns(schema, opt_bool(o, "ignoreExtraColumns", False))
+
+    topic = o.get("topic")
+    if topic is not None and not topic.strip():
+        raise OptionError("topic", "must not be empty")
+    if topic is None and "topic" not in columns:
+        raise OptionError("topic", "required: give the topic option or a 'topic' column")
+
+    config: dict[str, Any] = {"batching_enabled": opt_bool(o, "batchingEnabled", True)}
+    for name, target, minimum in (
+        ("batchingMaxMessages", "batching_max_messages", 1),
+        ("batchingMaxPublishDelayMs", "batching_max_publish_delay_ms", 0),
+        ("maxPendingMessages", "max_pending_messages", 1),
+        ("sendTimeoutMs", "send_timeout_millis", 0),
+    ):
+        value = opt_int(o, name, None, minimum)
+        if value is not None:
+            config[target] = value
+    if "compressionType" in o:
+        codec = o["compressionType"].strip().upper()
+        if codec not in _COMPRESSION:
+            raise OptionError(
+                "compressionType", f"expected one of {', '.join(_COMPRESSION)}, got {o['compressionType']!r}"
+            )
+        config["compression_type"] = _COMPRESSION[codec]
+    scheme_name = o.get("hashingScheme", HashingScheme.JavaStringHash.value).strip()
+    schemes = {s.value.lower(): s for s in HashingScheme}
+    if scheme_name.lower() not in schemes:
+        known = ", ".join(s.value for s in HashingScheme)
+        raise OptionError("hashingScheme", f"expected one of {known}, got {scheme_name!r}")
+    scheme = schemes[scheme_name.lower()]
+
+    prefix = o.get("producerNamePrefix")
+    if prefix is not None:
+        prefix = prefix.strip()
+        if not prefix:
+            raise OptionError("producerNamePrefix", "must not be empty")
+        if len(prefix) > MAX_PREFIX_LENGTH:
+            raise OptionError(
+                "producerNamePrefix", f"at most {MAX_PREFIX_LENGTH} characters, got {len(prefix)}"
+            )
+        if any(c.isspace() or not c.isprintable() for c in prefix):
+            raise OptionError(
+                "producerNamePrefix", f"must not contain spaces or control characters: {prefix!r}"
+            )
+    batch_id = opt_int(o, "batchId", None, 0)
+    if batch_id is not None:
+        if streaming:
+            raise OptionError("batchId", "not for streaming writes: each micro-batch uses its own batch id")
+        if prefix is None:
+            raise OptionError("batchId", "only meaningful with producerNamePrefix (exactly-once mode)")
+        if batch_id > MAX_BATCH_ID:
+            raise OptionError("batchId", f"must be <= {MAX_BATCH_ID} (2**31 - 1), got {batch_id}")
+    elif prefix is not None and not streaming:
+        raise OptionError(
+            "batchId",
+            "required with producerNamePrefix on a batch write: an integer >= 0 naming this write; "
+            "rerunning the same data with the same batchId publishes it only once",
+        )
+    return SinkSettings(client, topic, config, scheme, prefix, batch_id, columns)
+
+
+# -- sequence ids and names -----------------------------------------------------------
+
+
+def producer_name(prefix: str, partition_id: int) -> str:
+    """The producer name of Spark partition ``partition_id`` in exactly-once mode."""
+    return f"{prefix}-{partition_id}"
+
+
+def sequence_id(batch_id: int, row: int) -> int:
+    """``batch_id * 2**32 + row``; raises SinkError when either is out of range."""
+    if not 0 <= batch_id <= MAX_BATCH_ID:
+        raise SinkError(f"batch id {batch_id} is outside [0, {MAX_BATCH_ID}]: no sequence id for it")
+    if not 0 <= row < MAX_ROWS_PER_TASK:
+        raise SinkError(
+            f"row {row} of a task: exactly-once writes allow at most {MAX_ROWS_PER_TASK} rows per Spark "
+            "partition (repartition the input)"
+        )
+    return (batch_id << ROW_BITS) + row
+
+
+def base_topic(topic: str) -> str:
+    """``persistent://t/n/x-partition-3`` → ``persistent://t/n/x``."""
+    return _PARTITION_SUFFIX.sub("", topic)
+
+
+# -- commit messages ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopicWrite:
+    """What one task did on one topic (a partition, in exactly-once mode on a partitioned topic)."""
+
+    producer_name: str
+    #: messages published (acknowledged by the broker)
+    rows: int
+    #: the producer's last sequence id after the flush (-1: none)
+    last_sequence_id: int
+    #: rows not sent because the broker already stored them (a replay)
+    skipped: int = 0
+    #: the last sequence id the broker had stored for the name when the task started (-1: none)
+    stored_before: int = -1
+
+
+@dataclass(frozen=True)
+class PulsarCommitMessage(WriterCommitMessage):
+    partition_id: int
+    batch_id: int | None
+    topics: dict[str, TopicWrite]
+
+
+# -- the task ---------------------------------------------------------------------------
+
+
+_Col = list[Any] | None
+
+
+class _Output:
+    """One producer of a task, with what was sent through it and what came back."""
+
+    __slots__ = ("acked", "errors", "last_sent", "name", "producer", "sent", "skipped", "stored", "topic")
+
+    def __init__(self, topic: str, producer: Any, stored: int, errors: list[tuple[str, BaseException]]):
+        self.topic = topic
+        self.producer = producer
+        self.name: str = producer.producer_name()
+        #: the broker's last stored sequence id for this name (exactly-once), else -1
+        self.stored = stored
+        self.sent = 0
+        self.skipped = 0
+        self.acked = 0
+        self.last_sent = -1
+        self.errors = errors
+
+    def done(self, err: BaseException | None, _mid: Any) -> None:
+        """Receipt callback; runs on the client's loop thread."""
+        if err is None:
+            self.acked += 1
+        else:
+            self.errors.append((self.topic, err))
+
+
+class _Target:
+    """A topic as named by the rows: its partitions (exactly-once) and the producers opened on it."""
+
+    __slots__ = ("outputs", "partitions", "topic")
+
+    def __init__(self, topic: str, partitions: list[str] | None) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.outputs: dict[int, _Output] = {}
+
+
+class _TaskWriter:
+    def __init__(self, settings: SinkSettings, partition_id: int, batch_id: int | None) -> None:
+        self.settings = settings
+        self.partition_id = partition_id
+        self.batch_id = batch_id
+        self.name: str | None = None
+        self.base: int | None = None
+        if settings.producer_name_prefix is not None:
+            if batch_id is None:
+                raise SinkError("exactly-once write without a batch id")
+            self.name = producer_name(settings.producer_name_prefix, partition_id)
+            self.base = sequence_id(batch_id, 0)
+        self.client: Any = None
+        self.targets: dict[str, _Target] = {}
+        self.outputs: list[_Output] = []
+        self.errors: list[tuple[str, BaseException]] = []
+        self.rows = 0
+
+    # -- producers --------------------------------------------------------------
+    def _client(self) -> Any:
+        if self.client is None:
+            try:
+                self.client = self.settings.client.client()
+            except Exception as exc:
+                raise SinkError(f"cannot create a Pulsar client: {describe(exc)}") from exc
+        return self.client
+
+    def _target(self, topic: str) -> _Target:
+        target = self.targets.get(topic)
+        if target is None:  # one target per topic however the rows spell it (one name, one producer)
+            full = full_topic_name(topic)
+            target = self.targets.get(full)
+            if target is None:
+                partitions = None
+                if self.settings.exactly_once:
+                    try:
+                        partitions = self._client().get_topic_partitions(full)
+                    except Exception as exc:
+                        raise SinkError(f"cannot look up topic {full}: {describe(exc)}") from exc
+                target = self.targets[full] = _Target(full, partitions)
+            self.targets[topic] = target
+        return target
+
+    def _open(self, topic: str) -> _Output:
+        client = self._client()
+        deadline = time.monotonic() + PRODUCER_BUSY_WAIT_SECONDS
+        delay = 0.1
+        while True:
+            try:
+                producer = client.create_producer(
+                    topic,
+                    self.name,
+                    hashing_scheme=self.settings.hashing_scheme,
+                    block_if_queue_full=True,
+                    **self.settings.producer_config,
+                )
+                break
+            except ProducerBusy as exc:
+                # an earlier attempt of this task (or a speculative copy) still holds the name
+                if time.monotonic() >= deadline:
+                    raise SinkError(
+                        f"producer {self.name!r} on {topic} is still held by another writer after "
+                        f"{PRODUCER_BUSY_WAIT_SECONDS:.0f} s (two queries with one producerNamePrefix?)"
+                    ) from exc
+                log.info("producer %s on %s is busy; retrying in %.1f s", self.name, topic, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            except Exception as exc:
+                raise SinkError(f"cannot create a producer on {topic}: {describe(exc)}") from exc
+        stored = producer.last_sequence_id() if self.name is not None else -1
+        out = _Output(topic, producer, stored, self.errors)
+        self.outputs.append(out)
+        return out
+
+    def _output(self, topic: str, key: str | None) -> _Output:
+        target = self._target(topic)
+        parts = target.partitions
+        if parts is None:  # at-least-once: the client routes over the partitions
+            index = 0
+            name = target.topic
+        else:
+            n = len(parts)
+            if n == 1:
+                index = 0
+            elif key is not None:
+                index = partition_for_key(key, n, self.settings.hashing_scheme)
+            else:
+                index = self.partition_id % n
+            name = parts[index]
+        out = target.outputs.get(index)
+        if out is None:
+            out = target.outputs[index] = self._open(name)
+        return out
+
+    # -- rows ---------------------------------------------------------------------
+    def _fail_row(self, row: int, message: str) -> SinkError:
+        return SinkError(f"row {row} of Spark partition {self.partition_id}: {message}")
+
+    def _failure(self) -> SinkError:
+        topic, first = self.errors[0]
+        count = len(self.errors)
+        return SinkError(
+            f"{count} message(s) could not be sent (Spark partition {self.partition_id}); first, to "
+            f"{topic}: {describe(first)}"
+        )
+
+    def write_batch(self, rb: pa.RecordBatch) -> None:
+        n = rb.num_rows
+        if n == 0:
+            return
+        start = self.rows
+        if self.batch_id is not None and self.base is not None:
+            sequence_id(self.batch_id, start + n - 1)  # the last row must have a sequence id too
+        self.rows += n
+        values, keys, topics, props, times = self._columns(rb, start)
+        default_topic = self.settings.topic
+        base = self.base
+        errors = self.errors
+        for j in range(n):
+            topic = topics[j] if topics is not None else None
+            if topic is None:
+                topic = default_topic
+            if topic is None:
+                raise self._fail_row(start + j, "topic is null and there is no topic option")
+            key = keys[j] if keys is not None else None
+            out = self._output(topic, key)
+            kw: dict[str, Any] = {}
+            if key is not None:
+                kw["partition_key"] = key
+            if props is not None and props[j]:
+                kw["properties"] = self._properties(props[j], start + j)
+            if times is not None and times[j] is not None:
+                kw["event_timestamp"] = times[j]
+            if base is not None:
+                seq = base + start + j
+                if seq <= out.stored:
+                    out.skipped += 1
+                    continue
+                kw["sequence_id"] = seq
+                out.last_sent = seq
+            out.producer.send_async(values[j], out.done, **kw)
+            out.sent += 1
+            if errors:
+                raise self._failure() from errors[0][1]
+
+    def _properties(self, pairs: list[tuple[str, str | None]], row: int) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for k, v in pairs:
+            if v is None:
+                raise self._fail_row(row, f"property {k!r} is null (Pulsar properties are strings)")
+            out[k] = v
+        return out
+
+    def _columns(self, rb: pa.RecordBatch, start: int) -> tuple[list[Any], _Col, _Col, _Col, _Col]:
+        """The columns of ``rb`` as Python lists (None for an absent column); checks values and times."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        cols = self.settings.columns
+        value = rb.column("value")
+        if value.null_count:
+            first = pc.index(pc.is_null(value), True).as_py()
+            raise self._fail_row(start + first, "value is null (filter the row out or give it a payload)")
+        if pa.types.is_string(value.type):
+            value = value.cast(pa.binary())
+        elif pa.types.is_large_string(value.type):
+            value = value.cast(pa.large_binary())
+        values = value.to_pylist()
+        keys = None
+        if "key" in cols:
+            key = rb.column("key")
+            if pa.types.is_binary(key.type) or pa.types.is_large_binary(key.type):
+                try:
+                    key = key.cast(pa.string() if pa.types.is_binary(key.type) else pa.large_string())
+                except pa.ArrowInvalid as exc:
+                    raise SinkError(
+                        f"Spark partition {self.partition_id}: a binary key is not valid UTF-8 "
+                        f"(Pulsar keys are strings): {exc}"
+                    ) from exc
+            keys = key.to_pylist()
+        topics = rb.column("topic").to_pylist() if "topic" in cols else None
+        props = rb.column("properties").to_pylist() if "properties" in cols else None
+        times = None
+        if "eventTime" in cols:
+            micros = rb.column("eventTime").cast(pa.int64()).to_pylist()
+            times = [None if us is None else us // 1000 for us in micros]
+            bad = next((j for j, ms in enumerate(times) if ms is not None and ms <= 0), None)
+            if bad is not None:
+                raise self._fail_row(start + bad, "eventTime must be after 1970-01-01T00:00:00.000Z")
+        return values, keys, topics, props, times
+
+    # -- end of task ----------------------------------------------------------------
+    def finish(self) -> PulsarCommitMessage:
+        for out in self.outputs:
+            try:
+                out.producer.flush()
+            except Exception as exc:
+                raise SinkError(f"flushing to {out.topic} failed: {describe(exc)}") from exc
+        if self.errors:
+            raise self._failure() from self.errors[0][1]
+        topics: dict[str, TopicWrite] = {}
+        for out in self.outputs:
+            if out.acked != out.sent:
+                raise SinkError(
+                    f"{out.sent - out.acked} message(s) to {out.topic} got neither a receipt nor an error"
+                )
+            last = out.producer.last_sequence_id()
+            if self.base is not None and out.sent:
+                last = out.last_sent
+            topics[out.producer.topic()] = TopicWrite(out.name, out.sent, last, out.skipped, out.stored)
+            if out.skipped:
+                log.info(
+                    "%s: %d row(s) of Spark partition %d were already stored (replay), %d sent",
+                    out.topic,
+                    out.skipped,
+                    self.partition_id,
+                    out.sent,
+                )
+        return PulsarCommitMessage(self.partition_id, self.batch_id, topics)
+
+    def close(self) -> None:
+        if self.client is None:
+            return
+        try:
+            self.client.close()
+        except Exception as exc:  # the task's own outcome (commit message or error) matters more
+            log.warning("closing the Pulsar client of Spark partition %d: %s", self.partition_id, exc)
+
+
+def _write_task(
+    settings: SinkSettings, batches: Iterable[pa.RecordBatch], partition_id: int, batch_id: int | None
+) -> PulsarCommitMessage:
+    task = _TaskWriter(settings, partition_id, batch_id)
+    try:
+        for rb in batches:
+            task.write_batch(rb)
+        return task.finish()
+    finally:
+        task.close()
+
+
+def _task_context() -> Any:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise SinkError("the pulsarwire writer's write() runs only inside a Spark task")
+    return ctx
+
+
+# -- driver: commit, abort, dedup check ------------------------------------------------
+
+
+def last_stored_sequence_id(settings: ClientSettings, topic: str, producer_name: str) -> int:
+    """The last sequence id the broker reports for ``producer_name`` on ``topic`` (-1: none or no dedup).
+
+    Opens (and closes) a producer with that name; raises what the client raises (e.g.
+    ProducerBusy when a writer still holds the name).
+    """
+    client = settings.client()
+    try:
+        producer = client.create_producer(topic, producer_name, batching_enabled=False)
+        try:
+            return int(producer.last_sequence_id())
+        finally:
+            producer.close()
+    finally:
+        client.close()
+
+
+def check_deduplication(
+    settings: ClientSettings, topic: str, producer_name: str, expected_last_seq: int
+) -> bool:
+    """Whether the broker deduplicates ``topic``: it remembers ``expected_last_seq`` for ``producer_name``.
+
+    With deduplication on, a producer that connects with a known name learns the highest
+    sequence id stored for it; with it off the broker always reports -1. Call it after a write
+    that stored ``expected_last_seq >= 0``. Raises what the client raises when the broker cannot
+    be reached or the name is held by a connected producer.
+    """
+    return last_stored_sequence_id(settings, topic, producer_name) >= expected_last_seq
+
+
+def _writes(messages: Iterable[WriterCommitMessage | None]) -> list[tuple[str, TopicWrite]]:
+    return [(t, w) for m in messages if isinstance(m, PulsarCommitMessage) for t, w in m.topics.items()]
+
+
+Messages = Iterable[WriterCommitMessage | None]
+
+
+def _commit(settings: SinkSettings, messages: Messages, batch_id: int | None) -> None:
+    writes = _writes(messages)
+    sent = sum(w.rows for _, w in writes)
+    skipped = sum(w.skipped for _, w in writes)
+    log.info(
+        "pulsarwire sink: batch %s committed: %d row(s) published to %d topic(s), %d already stored",
+        batch_id,
+        sent,
+        len({base_topic(t) for t, _ in writes}),
+        skipped,
+    )
+    if not settings.exactly_once:
+        return
+    stale = [(t, w) for t, w in writes if batch_id is not None and w.stored_before >> ROW_BITS > batch_id]
+    if stale:
+        topic, w = stale[0]
+        log.warning(
+            "pulsarwire sink: batch id %d is older than batch %d, already stored by producer %r on %s: "
+            "%d row(s) of this write were taken as already published and skipped; a new version of the "
+            "data needs a higher batchId",
+            batch_id,
+            w.stored_before >> ROW_BITS,
+            w.producer_name,
+            topic,
+            sum(w.skipped for _, w in stale),
+        )
+    checked: set[str] = set()
+    for topic, w in writes:
+        if w.rows == 0 or base_topic(topic) in checked:
+            continue
+        checked.add(base_topic(topic))
+        try:
+            reported = last_stored_sequence_id(settings.client, topic, w.producer_name)
+        except Exception as exc:
+            log.warning(
+                "pulsarwire sink: could not check that %s deduplicates (producer %r): %s: %s",
+                topic,
+                w.producer_name,
+                type(exc).__name__,
+                exc,
+            )
+            continue
+        if reported < w.last_sequence_id:
+            log.warning(DEDUP_WARNING, topic, reported, w.producer_name, w.last_sequence_id)
+
+
+def _abort(settings: SinkSettings, messages: Messages, batch_id: int | None) -> None:
+    sent = sum(w.rows for _, w in _writes(messages))
+    if settings.exactly_once:
+        advice = "rerun it with the same producerNamePrefix and batch id: stored rows are skipped"
+    else:
+        advice = "a rerun publishes them again (set producerNamePrefix for exactly-once writes)"
+    log.warning(
+        "pulsarwire sink: batch %s failed; %d row(s) from tasks that finished are already in Pulsar; %s",
+        batch_id,
+        sent,
+        advice,
+    )
+
+
+class PulsarBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("pulsarwire")``: append the rows to Pulsar (mode append only).
+
+    Raises OptionError / SinkError from the constructor for bad options or columns.
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise OptionError("mode", "overwrite is not supported: Pulsar topics are append-only; use append")
+        self.settings = sink_settings(options, schema, streaming=False)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PulsarCommitMessage:
+        ctx = _task_context()
+        return _write_task(self.settings, iterator, ctx.partitionId(), self.settings.batch_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _commit(self.settings, messages, self.settings.batch_id)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _abort(self.settings, messages, self.settings.batch_id)
+
+
+class PulsarStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("pulsarwire")``: each micro-batch's rows, exactly once with a prefix.
+
+    In complete output mode every micro-batch appends the whole result table. Raises
+    OptionError / SinkError from the constructor for bad options or columns.
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
+        self.settings = sink_settings(options, schema, streaming=True)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PulsarCommitMessage:
+        ctx = _task_context()
+        raw = ctx.getLocalProperty("streaming.sql.batchId")
+        batch_id: int | None = None
+        if raw is not None:
+            try:
+                batch_id = int(raw)
+            except ValueError:
+                raise SinkError(f"unexpected micro-batch id {raw!r}") from None
+        elif self.settings.exactly_once:
+            raise SinkError("no micro-batch id (streaming.sql.batchId) in the task: no exactly-once write")
+        return _write_task(self.settings, iterator, ctx.partitionId(), batch_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _commit(self.settings, messages, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _abort(self.settings, messages, batchId)
+
+
+def write_pulsar_exactly_once(batch_df: Any, batch_id: int, options: Mapping[str, str]) -> None:
+    """foreachBatch body for Delta/DataFrame → Pulsar: the micro-batch written as ``batchId``.
+
+    ``options`` are the sink's options and must hold ``producerNamePrefix``: then a batch
+    Spark replays after a failure is dropped by broker deduplication (see the module
+    docstring). Raises OptionError without it, SinkError when a send fails.
+    """
+    if not options.get("producerNamePrefix"):
+        raise OptionError("producerNamePrefix", "required for exactly-once writes from foreachBatch")
+    writer = batch_df.write.format("pulsarwire").mode("append").option("batchId", str(batch_id))
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.save()

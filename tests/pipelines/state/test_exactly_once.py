@@ -1,0 +1,95 @@
+"""Crash tests: a Pulsar → Delta job killed between its steps still ends with every message once.
+
+Each run is its own process (its own Spark driver) that dies with ``os._exit`` at the
+chosen point, as a killed driver would: after the Delta write but before the offset row,
+after the offset row but before the broker ack, after the ack; and a restart whose
+checkpoint was deleted resumes from the offset store (repaired from the target's commit
+metadata). The subscription's backlog ends at 0: everything committed was released.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from pipelines.state.exactly_once import batch_offsets, committed_in_target
+from pipelines.state.offsets import OffsetStore
+from pulsarwire.broker import Broker
+
+SCRIPT = Path(__file__).parents[1] / "scripts" / "ingest_job.py"
+CRASH_EXIT = 17
+
+
+def run_job(cfg: dict[str, Any], fault: str | None = None) -> int:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), json.dumps({**cfg, "fault": fault})],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    if proc.returncode not in (0, CRASH_EXIT):
+        raise AssertionError(f"job failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.returncode
+
+
+@pytest.mark.timeout(900)
+def test_crashes_at_every_step_and_a_lost_checkpoint(tmp_path: Path, produce: Any) -> None:
+    with Broker() as broker:
+        topic = "persistent://public/default/orders-eo"
+        broker.create_partitioned_topic(topic, 2)
+        n = 600
+        produce(
+            broker.service_url,
+            topic,
+            [f"order-{i}".encode() for i in range(n)],
+            keys=[f"k{i % 13}" for i in range(n)],
+        )
+        cfg = {
+            "url": broker.service_url,
+            "topic": topic,
+            "job": "orders",
+            "checkpoint": str(tmp_path / "ck1"),
+            "target": str(tmp_path / "orders"),
+            "offsets": str(tmp_path / "offsets"),
+            "max": 100,
+        }
+        # batch 1 lands in Delta, the driver dies before its offset row
+        assert run_job(cfg, "after_write@1") == CRASH_EXIT
+        stored = OffsetStore(cfg["offsets"]).load("orders")
+        assert stored == batch_offsets(cfg["checkpoint"], 0)
+        # replay of batch 1 is skipped by the Delta app transaction; batch 2 dies before the ack
+        assert run_job(cfg, "after_offsets@2") == CRASH_EXIT
+        assert OffsetStore(cfg["offsets"]).load("orders") == batch_offsets(cfg["checkpoint"], 2)
+        # batch 2 is stored but not acknowledged: the broker still holds it (and all after it)
+        held = sum(
+            broker.stats(f"{topic}-partition-{p}")["subscriptions"]["orders"]["backlog"] for p in (0, 1)
+        )
+        assert held >= n - 200, held
+        # batch 3 written, then the driver dies and the checkpoint is lost with it
+        assert run_job(cfg, "after_write@3") == CRASH_EXIT
+        written = batch_offsets(cfg["checkpoint"], 3)
+        assert committed_in_target(cfg["target"], "orders") == written
+        shutil.rmtree(cfg["checkpoint"])
+        cfg["checkpoint"] = str(tmp_path / "ck2")
+        # a new checkpoint: recovery finds batch 3 in the target, the source resumes after it
+        assert run_job(cfg, "after_ack@0") == CRASH_EXIT
+        assert run_job(cfg) == 0
+
+        rows = DeltaTable(cfg["target"]).to_pyarrow_table().to_pylist()
+        values = sorted(r["value"] for r in rows)
+        assert len(values) == n, f"{len(values)} rows for {n} messages"
+        assert values == sorted(f"order-{i}" for i in range(n))
+        positions = {(r["topic"], r["ledgerId"], r["entryId"], r["batchIndex"]) for r in rows}
+        assert len(positions) == n
+        stats = broker.stats(f"{topic}-partition-0"), broker.stats(f"{topic}-partition-1")
+        assert [s["subscriptions"]["orders"]["backlog"] for s in stats] == [0, 0]
