@@ -36,8 +36,10 @@ def register(spark: Any) -> None:
 
 def _use_this_python(spark: Any) -> None:
     sc = getattr(spark, "sparkContext", None)  # none under Spark Connect: the server decides
+    if sc is None:
+        return
     try:
-        local = sc is not None and str(sc.master).startswith("local")
+        local = str(sc.master).startswith("local")
     except Exception:  # a Connect session raises on sparkContext access
         return
     if not local:

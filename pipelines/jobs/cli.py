@@ -12,8 +12,8 @@ no Spark) and then hand it to :mod:`pipelines.jobs.runner` (imported only then, 
 checks and print what a run would read. Every command takes ``--env`` (the profile,
 default ``local``), ``--set key.path=value`` (repeatable), ``--conf-dir`` and ``-v``
 (before or after the command). Position arguments (``--from``, ``--to``) are parsed here:
-the runner receives :class:`~pipelines.jobs.models.Bound` values as ``args.start``,
-``args.end`` and ``args.position``.
+the runner receives :class:`~pipelines.jobs.models.Bound` values for ``--from``, ``--to``
+and ``offsets reset --to``.
 
 Errors are short: the problem lines of an invalid job, or ``error: <one line>`` followed
 by ``run with -v for the full trace``; tracebacks (ours, Py4J's, the JVM's) only with
@@ -33,12 +33,15 @@ import textwrap
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from pipelines.jobs.config import display_path, dump_yaml, find_jobs, load_job, redacted
 from pipelines.errors import JobError, short_error
-from pipelines.masking import mask
+from pipelines.jobs import preflight, stopping
+from pipelines.jobs.config import display_path, dump_yaml, find_jobs, load_job, redacted
 from pipelines.jobs.models import Bound, BoundError, Job, parse_bound
+from pipelines.masking import mask
+from pulsarwire import __version__
 
 __all__ = ["build_parser", "main"]
 
@@ -61,17 +64,6 @@ _POSITION_HELP = (
     "earliest, latest, a time (milliseconds or ISO-8601, e.g. 2024-06-01T00:00:00Z) or JSON "
     '{"topic-partition": "ledger:entry:batch"}'
 )
-
-
-def version() -> str:
-    """The installed distribution's version (``pulsarwire``)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        return dist_version("pulsarwire")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 _VERBOSE_HELP = "log more and show full traces (-vv: debug)"
@@ -101,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pipelines", description="Validate and run YAML-defined Spark jobs over Pulsar and Delta."
     )
-    parser.add_argument("--version", action="version", version=f"pipelines (pulsarwire) {version()}")
+    parser.add_argument("--version", action="version", version=f"pipelines (pulsarwire) {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help=_VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -160,16 +152,12 @@ def _load(args: argparse.Namespace) -> Job:
     return load_job(args.job, args.env, args.overrides, args.conf_dir)
 
 
-def _preflight(job: Job, command: str) -> None:
-    from pipelines.jobs import preflight
+def _runner() -> ModuleType:
+    """:mod:`pipelines.jobs.runner`, imported when a command runs Spark: it is the only module
+    of this command that loads pyspark, so ``validate`` and ``list`` never do."""
+    from pipelines.jobs import runner
 
-    preflight.check(job, command)
-
-
-def _plan(job: Job) -> list[str]:
-    from pipelines.jobs import preflight
-
-    return preflight.plan_lines(job)
+    return runner
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -206,8 +194,8 @@ def _validate(args: argparse.Namespace) -> int:
             continue
         if args.plan:
             try:
-                _preflight(job, "plan")
-                plan = _plan(job)
+                preflight.check(job, "plan")
+                plan = preflight.plan_lines(job)
             except JobError as exc:
                 failed = True
                 for line in exc.problems:
@@ -222,8 +210,6 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from pipelines.jobs.preflight import describe_target
-
     paths = [display_path(p) for p in find_jobs()]
     if not paths:
         print("no job files under jobs/", file=sys.stderr)
@@ -235,7 +221,7 @@ def _list(args: argparse.Namespace) -> int:
         except JobError as exc:
             rows.append(("(invalid)", path, f"{exc.problems[0]} (pipelines validate {path})"))
             continue
-        rows.append((job.name, path, describe_target(job)))
+        rows.append((job.name, path, preflight.describe_target(job)))
     width = [max(len(r[i]) for r in rows) for i in range(2)]
     for name, path, what in rows:
         print(mask(f"{name:<{width[0]}}  {path:<{width[1]}}  {what}"))
@@ -244,21 +230,17 @@ def _list(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> Any:
     job = _load(args)
-    from pipelines.jobs import stopping
-
     with stopping.installed(job.name) as stop:
-        _preflight(job, "run")
+        preflight.check(job, "run")
         if args.dry_run:
             print(f"{job.source_file}: resolved with --env {job.env} (secrets masked):")
             print(textwrap.indent(dump_yaml(redacted(job)), "    "), end="")
-            print(mask("\n".join(_plan(job))))
+            print(mask("\n".join(preflight.plan_lines(job))))
             print(f"dry run: nothing started; `pipelines run {job.source_file}` runs it")
             return 0
         if stop.requested:
             return stop.exit_code
-        from pipelines.jobs.runner import run_job  # type: ignore[import-not-found,unused-ignore]
-
-        code = run_job(job, args)
+        code = _runner().run_job(job)
         return stop.exit_code if stop.requested else code
 
 
@@ -268,13 +250,9 @@ def _backfill(args: argparse.Namespace) -> Any:
         raise job.error("source", "backfill reads a pulsar source; this job reads delta")
     if args.start is None and job.backfill is None:
         raise job.error("backfill", "no range: give --from (and --to) or a backfill section")
-    from pipelines.jobs import stopping
-
     with stopping.installed(f"{job.name} backfill") as stop:
-        _preflight(job, "backfill")
-        from pipelines.jobs.runner import backfill  # type: ignore[import-not-found,unused-ignore]
-
-        code = backfill(job, args)
+        preflight.check(job, "backfill")
+        code = _runner().backfill(job, args.start, args.end)
         return stop.exit_code if stop.requested else code
 
 
@@ -283,7 +261,7 @@ def _offsets(args: argparse.Namespace) -> Any:
     if job.offsets is None:
         raise job.error("offsets", "this job has no offset store")
     if args.action == "reset":
-        _preflight(job, "offsets")
+        preflight.check(job, "offsets")
     if args.action == "reset" and not args.yes:
         print(
             f"offsets reset rewrites the stored positions of job {job.name!r} in {job.offsets}; "
@@ -291,9 +269,9 @@ def _offsets(args: argparse.Namespace) -> Any:
             file=sys.stderr,
         )
         return 2
-    from pipelines.jobs.runner import offsets_command  # type: ignore[import-not-found,unused-ignore]
-
-    return offsets_command(job, args)
+    if args.action == "show":
+        return _runner().show_offsets(job)
+    return _runner().reset_offsets(job, args.position)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

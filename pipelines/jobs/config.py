@@ -26,11 +26,14 @@ never appear in messages or in :func:`redacted`.
 
 from __future__ import annotations
 
+import ast
 import copy
 import difflib
+import importlib.util
 import json
 import os
 import re
+import sys
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from inspect import isclass
@@ -41,16 +44,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipelines.errors import JobError
+from pipelines.jobs.models import Job, Loc, format_path, is_secret_key, mask_secrets
 from pipelines.masking import mask, remember
-from pipelines.jobs.models import (
-    Job,
-    Loc,
-    format_path,
-    is_secret_key,
-    kind_of,
-    mask_secrets,
-    show,
-)
+from pipelines.options.grammar import kind_of, show
 
 __all__ = [
     "PROFILE_KEYS",
@@ -460,9 +456,9 @@ class _Interpolator:
         for part in ref:
             if isinstance(node, str):
                 node = self._leaf(node, walked)
-            if (isinstance(node, dict) and part in node) or (
-                isinstance(node, list) and isinstance(part, int) and part < len(node)
-            ):
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
                 node = node[part]
             else:
                 raise _Problem(
@@ -782,7 +778,6 @@ def load_job(
 
 def _module_file(module: str, roots: Sequence[Path]) -> Path | None:
     """The source file of ``module`` under ``roots`` then ``sys.path``, found without importing."""
-    import sys
 
     rel = Path(*module.split("."))
     for base in [*roots, *(Path(p) for p in sys.path if p)]:
@@ -799,13 +794,10 @@ def locate_function(spec: str, roots: Sequence[Path] = ()) -> Path:
     ``async def``, an assignment or an import of that name). Raises ValueError with a short
     message: no module, a syntax error, no such function.
     """
-    import ast
 
     module, _, name = spec.partition(":")
     path = _module_file(module, roots)
     if path is None:
-        import importlib.util
-
         try:  # compiled or frozen modules: found by the import system, still not executed
             found = importlib.util.find_spec(module) if "." not in module else None
         except (ImportError, ValueError):

@@ -42,19 +42,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipelines.errors import JobError, MissingTopicError, OffsetStoreError, OptionError, PipelinesError
+from pipelines.jobs.models import Job
+from pipelines.masking import mask
+from pipelines.options.grammar import ClientSettings, client_settings
+from pipelines.spark.planner import Planner, TopicSelector
+from pipelines.state.exactly_once import batch_offsets
+from pipelines.state.offsets import OffsetStore
+from pipelines.state.positions import Offsets, Position
 from pulsarwire.errors import (
     AuthenticationError,
     AuthorizationError,
     PulsarWireError,
     RemoteProtocolError,
 )
-
-from pipelines.errors import JobError, MissingTopicError, OffsetStoreError, OptionError, PipelinesError
-from pipelines.masking import mask
-from pipelines.jobs.models import Job
-from pipelines.options.grammar import ClientSettings, client_settings
-from pipelines.spark.planner import Planner, TopicSelector
-from pipelines.state.positions import Offsets, Position
 
 __all__ = ["PROBE_SECONDS", "check", "connect_failure", "plan_lines", "probe", "unwritable"]
 
@@ -248,7 +249,6 @@ def checkpoint_offsets(checkpoint: str | None, *, committed: bool = False) -> Of
     batches = sorted(int(p.name) for p in log_dir.iterdir() if p.name.isdigit())
     if not batches:
         return None
-    from pipelines.state.exactly_once import batch_offsets
 
     try:
         return batch_offsets(str(path), batches[-1])
@@ -260,7 +260,6 @@ def stored_offsets(job: Job) -> Offsets | None:
     """The job's positions in its offset store (None when it cannot be read without Spark)."""
     if job.offsets is None:
         return None
-    from pipelines.state.offsets import OffsetStore
 
     try:
         stored = OffsetStore(job.offsets, storage_options=job.storage_options()).load(job.name)

@@ -59,8 +59,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.dataset as ds
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from pipelines import register
 from pipelines.errors import (
     DataLossError,
+    JobError,
     MissingTopicError,
     OffsetsAheadError,
     OffsetStoreError,
@@ -70,6 +80,23 @@ from pipelines.errors import (
     short_error,
     task_errors,
 )
+from pipelines.jobs.models import Bound, Job
+from pipelines.jobs.preflight import checkpoint_offsets, stored_offsets
+from pipelines.jobs.stopping import STOP, reclaim
+from pipelines.masking import mask
+from pipelines.options.grammar import client_settings
+from pipelines.spark import quarantine
+from pipelines.spark.planner import Planner, TopicSelector
+from pipelines.spark.reader import (
+    SourceOptions,
+    bounds,
+    lag_planner,
+    resolve_start,
+    source_schema,
+    subscription_lag,
+)
+from pipelines.spark.sink import sink_settings, write_pulsar_exactly_once
+from pipelines.state.delta import delta_spark_available, is_table_name, merge_new_rows
 from pipelines.state.exactly_once import (
     ExactlyOnceJob,
     batch_offsets,
@@ -78,13 +105,8 @@ from pipelines.state.exactly_once import (
     recover,
     write_delta_exactly_once,
 )
-from pipelines.masking import mask
-from pipelines.jobs.models import Bound, Job
 from pipelines.state.offsets import OffsetStore
-from pipelines.spark.planner import Planner
 from pipelines.state.positions import Offsets, Position
-from pipelines.spark.reader import SourceOptions, bounds, lag_planner, subscription_lag
-from pipelines.jobs.stopping import STOP, reclaim
 
 log = logging.getLogger("pipelines.jobs.runner")
 
@@ -108,9 +130,7 @@ def session(job: Job) -> tuple[Any, bool]:
     """The SparkSession for ``job`` and whether this call created it (then the runner stops it)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
 
-    import pipelines
 
     level = spark_log_level()
     conf = dict(job.spark.conf)
@@ -135,7 +155,7 @@ def session(job: Job) -> tuple[Any, bool]:
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel(level)
         created = True
-    pipelines.register(spark)
+    register(spark)
     reclaim()  # a new SparkContext took SIGINT for itself
     jvm = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
     if created and jvm is not None:  # a second Ctrl-C ends the JVM we started without its traces
@@ -269,7 +289,6 @@ def _counted(body: Callable[[Any, int], int | None], progress: Progress) -> Call
 def _routing_corrupt(job: Job, spark: Any, checkpoint: str, body: Callable[[Any, int], None]) -> Any:
     """foreachBatch body of a job that skips or quarantines corrupt messages: split the raw
     batch, settle the corrupt rows, then transform the good ones and hand them to ``body``."""
-    from pipelines.spark import quarantine
 
     src = job.source.pulsar
     assert src is not None
@@ -309,7 +328,7 @@ def _await(query: Any, progress: Progress) -> None:
 
 
 # -- run ---------------------------------------------------------------------------------------
-def run_job(job: Job, args: Any = None) -> int:
+def run_job(job: Job) -> int:
     """``pipelines run``: run the job's trigger to its end; 0 on success, raises on failure.
 
     A publish (Delta → Pulsar) whose Spark job fails raises SinkError naming the job, the table
@@ -379,26 +398,21 @@ def check_output(job: Job, df: Any) -> None:
                 f"[{', '.join(existing)}], the job says [{', '.join(wanted)}]"
             )
     if job.sink.pulsar is not None:
-        from pipelines.spark.sink import sink_settings
 
         try:
             sink_settings(job.sink_options(), df.schema, streaming=True)
         except (SinkError, OptionError) as exc:
             problems.append(f"{job.source_file}: sink.pulsar: the transformed rows do not fit: {exc}")
     if problems:
-        from pipelines.errors import JobError
 
         raise JobError(problems)
 
 
 def _table_partitions(path: str, job: Job) -> list[str] | None:
     """The partition columns of the Delta table at ``path`` (None when there is none yet)."""
-    from pipelines.state.delta import is_table_name
 
     if is_table_name(path):
         return None
-    from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaError, TableNotFoundError
 
     try:
         return list(DeltaTable(path, storage_options=job.storage_options()).metadata().partition_columns)
@@ -442,7 +456,6 @@ def _stream(job: Job, spark: Any) -> int:
         sink = job.sink_options()
 
         def body(df: Any, batch_id: int) -> None:
-            from pipelines.spark.sink import write_pulsar_exactly_once
 
             opts = dict(sink)
             if "producerNamePrefix" in opts:  # a new checkpoint is a new query: new producer names
@@ -463,7 +476,6 @@ def _stream(job: Job, spark: Any) -> int:
     for key, value in options.items():
         reader = reader.option(key, value)
     if routed:  # the transform runs per batch on the good rows; its schema is checked on them now
-        from pipelines.spark import quarantine
 
         df = reader.load()
         check_output(job, transform(job, spark, quarantine.split(df)[0]))
@@ -493,8 +505,6 @@ def _stream(job: Job, spark: Any) -> int:
 
 
 def _delta_rows(path: str, job: Job) -> int:
-    import pyarrow as pa
-    from deltalake import DeltaTable
 
     dt = DeltaTable(path, storage_options=job.storage_options())
     actions = pa.table(dt.get_add_actions(flatten=True))
@@ -514,12 +524,10 @@ def appended_files(
     Raises PipelinesError when the version removed files (it rewrote rows): publishing
     follows appends only.
     """
-    from deltalake import DeltaTable
 
     def files(v: int) -> dict[str, dict[str, Any]]:
         if v < 0:
             return {}
-        import pyarrow as pa
 
         actions = DeltaTable(path, version=v, storage_options=storage_options).get_add_actions(flatten=True)
         rows = pa.table(actions).to_pylist()
@@ -543,9 +551,6 @@ def read_files(
     path: str, version: int, adds: list[dict[str, Any]], storage_options: dict[str, str] | None
 ) -> Any:
     """The rows of the given data files (partition columns filled in), in file order."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-    from deltalake import DeltaTable
 
     dt = DeltaTable(path, version=version, storage_options=storage_options)
     schema = dt.schema().to_arrow()
@@ -568,8 +573,6 @@ def read_files(
 
 def _check_publish_output(job: Job, spark: Any, path: str, storage: dict[str, str] | None) -> None:
     """The transform of a publish applied to no rows of the table's schema fits the sink."""
-    import pyarrow as pa
-    from deltalake import DeltaTable
 
     schema = DeltaTable(path, storage_options=storage).schema().to_arrow()
     schema = pa.schema(schema) if not isinstance(schema, pa.Schema) else schema
@@ -591,9 +594,7 @@ def _publish_failed(job: Job, path: str, version: int, exc: BaseException) -> Si
 
 
 def _publish(job: Job, spark: Any) -> int:
-    from deltalake import DeltaTable
 
-    from pipelines.spark.sink import write_pulsar_exactly_once
 
     assert job.source.delta is not None and job.checkpoint is not None
     path = job.source.delta.path
@@ -643,6 +644,10 @@ class Slice:
         ).hexdigest()[:16]
 
 
+#: how many time slices a backfill's window is cut into (progress and ETA after each)
+BACKFILL_SLICES = 10
+
+
 def slices(start: Bound, end: Bound, count: int) -> Iterator[Slice]:
     """Equal time slices of a time range; other bounds are one slice."""
     if start.kind != "time" or end.kind != "time" or count <= 1:
@@ -659,7 +664,7 @@ def slices(start: Bound, end: Bound, count: int) -> Iterator[Slice]:
         t = u
 
 
-def backfill(job: Job, args: Any = None) -> int:
+def backfill(job: Job, start: Bound | None = None, end: Bound | None = None) -> int:
     """``pipelines backfill``: the range read as a batch and merged into the sink slice by slice.
 
     Every slice is merged on the message position (``POSITION_COLUMNS``; for a ``merge`` sink
@@ -668,14 +673,14 @@ def backfill(job: Job, args: Any = None) -> int:
     slice's end positions are recorded in the offset store under ``<job>/backfill``. A window
     with no messages is reported without starting Spark. Prints rows read, rows new, and ETA.
 
+    ``start`` and ``end`` (``--from`` / ``--to``) override the job's ``backfill`` section.
+
     Raises JobError before reading when an ``append`` sink's transformed rows lack the
     position columns (nothing to merge on).
     """
-    from pipelines.state.delta import delta_spark_available, merge_new_rows
-
     assert job.sink.delta is not None, "backfill writes a delta sink"
-    start = getattr(args, "start", None) or (job.backfill.start if job.backfill else None)
-    end = getattr(args, "end", None) or (job.backfill.end if job.backfill else None)
+    start = start or (job.backfill.start if job.backfill else None)
+    end = end or (job.backfill.end if job.backfill else None)
     if start is None:
         raise job.error("backfill", "no range: give --from (and --to) or a backfill section")
     end = end or Bound.model_construct(kind="latest")
@@ -702,7 +707,7 @@ def backfill(job: Job, args: Any = None) -> int:
         if not todo:
             say(f"[{job.name}] backfill {window}: nothing before the stream's position to backfill")
             return 0
-    parts = list(slices(start, end, int(getattr(args, "slices", None) or 10)))
+    parts = list(slices(start, end, BACKFILL_SLICES))
     spark, created = session(job)
     sink = job.sink.delta
     target = sink.path
@@ -770,7 +775,6 @@ def _quarantined(job: Job, raw: Any, part: Slice) -> Any:
     src = job.source.pulsar
     if src is None or src.on_corrupt_message != "quarantine":
         return raw
-    from pipelines.spark import quarantine
 
     assert src.quarantine_table is not None
     raw = raw.cache()  # read once: split twice
@@ -788,8 +792,6 @@ def stream_start(job: Job) -> tuple[Offsets, str]:
     The last batch the checkpoint committed, else the offset store, else the stream's
     starting position resolved now.
     """
-    from pipelines.jobs.preflight import checkpoint_offsets, stored_offsets
-    from pipelines.spark.reader import resolve_start
 
     found = checkpoint_offsets(job.checkpoint, committed=True)
     if found is not None:
@@ -809,7 +811,6 @@ def stream_start(job: Job) -> tuple[Offsets, str]:
 
 def taken_by(positions: Offsets) -> Any:
     """A Spark condition on source rows: the row is at or before its partition's position."""
-    from pyspark.sql import functions as F
 
     ledger, entry, index = F.col("ledgerId"), F.col("entryId"), F.col("batchIndex")
     condition = F.lit(False)
@@ -836,9 +837,7 @@ def _bound_text(bound: Bound) -> str:
 def _backfill_keys(job: Job, spark: Any) -> tuple[list[str], bool]:
     """The keys a backfill merges on, and whether matched rows are updated; checked on the
     transformed schema (no data read). Raises JobError when there is nothing to merge on."""
-    from pyspark.sql.types import StructType
 
-    from pipelines.spark.reader import source_schema
 
     sink = job.sink.delta
     assert sink is not None
@@ -861,7 +860,6 @@ def _backfill_keys(job: Job, spark: Any) -> tuple[list[str], bool]:
 
 def _end_positions(opts: dict[str, str]) -> Offsets:
     """Where a bounded read with ``opts`` ended, per topic-partition."""
-    from pipelines.spark.reader import SourceOptions
 
     return bounds(SourceOptions.parse(opts, streaming=False), ends_only=True)[1]
 
@@ -871,29 +869,33 @@ def _end_positions(opts: dict[str, str]) -> Offsets:
 BACKLOG_SCAN_LIMIT = 1_000_000
 
 
-def offsets_command(job: Job, args: Any) -> int:
-    """``pipelines offsets show|reset``.
+def _offset_store(job: Job) -> OffsetStore:
+    assert job.offsets is not None, "the CLI refuses offsets commands for a job without a store"
+    return OffsetStore(job.offsets, storage_options=job.storage_options())
 
-    ``show`` prints each stored position with the partition's end and the backlog between
-    them in messages (batched entries count every message; read from the broker, at most
-    :data:`BACKLOG_SCAN_LIMIT` per partition, "≥ N" beyond).
-    """
-    assert job.offsets is not None
-    store = OffsetStore(job.offsets, storage_options=job.storage_options())
-    if args.action == "show":
-        rows = store.rows(job.name)
-        if not rows:
-            say(f"job {job.name}: no stored positions in {job.offsets}")
-            return 0
-        notes = _end_notes(job, {r["topic"]: _position_of(r) for r in rows})
-        say(f"job {job.name}: positions in {job.offsets}")
-        for r in rows:
-            say(
-                f"  {r['topic']}  {r['message_id']}  batch {r['batch_id']}  at {r['committed_at']}"
-                f"  {notes.get(r['topic'], '')}"
-            )
+
+def show_offsets(job: Job) -> int:
+    """``pipelines offsets show``: each stored position with the partition's end and the backlog
+    between them in messages (batched entries count every message; read from the broker, at
+    most :data:`BACKLOG_SCAN_LIMIT` per partition, "≥ N" beyond)."""
+    rows = _offset_store(job).rows(job.name)
+    if not rows:
+        say(f"job {job.name}: no stored positions in {job.offsets}")
         return 0
-    position: Bound = args.position
+    notes = _end_notes(job, {r["topic"]: _position_of(r) for r in rows})
+    say(f"job {job.name}: positions in {job.offsets}")
+    for r in rows:
+        say(
+            f"  {r['topic']}  {r['message_id']}  batch {r['batch_id']}  at {r['committed_at']}"
+            f"  {notes.get(r['topic'], '')}"
+        )
+    return 0
+
+
+def reset_offsets(job: Job, position: Bound) -> int:
+    """``pipelines offsets reset --to POSITION``: every topic-partition's stored position set to
+    ``position``; an existing local checkpoint is moved aside so the next run starts there."""
+    store = _offset_store(job)
     offsets = _positions_for(job, position)
     store.reset(job.name, offsets)
     say(f"job {job.name}: positions reset to {offsets.to_json()}")
@@ -912,8 +914,6 @@ def _end_notes(job: Job, stored: dict[str, Position]) -> dict[str, str]:
     """topic-partition → "end L:E:B  backlog N messages" after its stored position."""
     if job.source.pulsar is None:
         return {}
-    from pipelines.options.grammar import client_settings
-    from pipelines.spark.planner import TopicSelector
 
     planner = Planner(client_settings(job.source_options()), TopicSelector())
     out: dict[str, str] = {}
@@ -938,6 +938,5 @@ def _positions_for(job: Job, bound: Bound) -> Offsets:
     """The start positions ``bound`` names for every partition of the job's source."""
     if bound.kind == "offsets":
         return Offsets({k: Position.parse(v, "--to") for k, v in (bound.offsets or {}).items()})
-    from pipelines.spark.reader import SourceOptions
 
     return bounds(SourceOptions.parse(job.backfill_options(start=bound), streaming=False))[0]

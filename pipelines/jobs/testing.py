@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.jobs import runner
 from pipelines.jobs.config import load_job
-from pipelines.jobs.models import Job
+from pipelines.jobs.models import Job, parse_bound
 
 
 @dataclass(frozen=True)
@@ -45,25 +46,19 @@ def load(path: str | Path, env: str | None = "local", **overrides: Any) -> Job:
 
 def run_job(path: str | Path, env: str | None = "local", **overrides: Any) -> RunResult:
     """Load ``path`` with the profile ``env`` and ``overrides``, then run it to its end."""
-    from pipelines.jobs.runner import run_job as run
-
     job = load(path, env, **overrides)
-    return RunResult(job, run(job))
+    return RunResult(job, runner.run_job(job))
 
 
 def backfill(
-    path: str | Path, env: str | None = "local", start: Any = None, end: Any = None, **overrides: Any
+    path: str | Path,
+    env: str | None = "local",
+    start: str | None = None,
+    end: str | None = None,
+    **overrides: Any,
 ) -> RunResult:
     """``pipelines backfill`` for tests; ``start``/``end`` as the CLI's ``--from``/``--to``."""
-    from types import SimpleNamespace
-
-    from pipelines.jobs.models import parse_bound
-    from pipelines.jobs.runner import backfill as run
-
     job = load(path, env, **overrides)
-    args = SimpleNamespace(
-        start=None if start is None else parse_bound(start),
-        end=None if end is None else parse_bound(end, end=True),
-        slices=None,
-    )
-    return RunResult(job, run(job, args))
+    first = None if start is None else parse_bound(start)
+    last = None if end is None else parse_bound(end, end=True)
+    return RunResult(job, runner.backfill(job, first, last))

@@ -36,14 +36,16 @@ from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pulsarwire.client.core import topic_name
-from pulsarwire.codec.message_id import MessageId
-from pulsarwire.errors import CorruptMessageError as CorruptEntry
-from pulsarwire.errors import OperationTimeoutError, PulsarWireError, TopicNotFound
+import pyarrow.compute as pc
 
 from pipelines.errors import CorruptMessageError, MissingTopicError, OptionError, PipelinesError
 from pipelines.options.grammar import ClientSettings
 from pipelines.state.positions import Offsets, Position, partition_of
+from pulsarwire.client.blocking import ConsumerType, InitialPosition
+from pulsarwire.client.core import topic_name
+from pulsarwire.codec.message_id import MessageId
+from pulsarwire.errors import CorruptMessageError as CorruptEntry
+from pulsarwire.errors import OperationTimeoutError, PulsarWireError, TopicNotFound
 
 log = logging.getLogger("pipelines.spark.reader")
 
@@ -208,7 +210,6 @@ class Planner:
         w = self._watchers.get(tp)
         if w is None:
             durable = self.subscription is not None
-            from pulsarwire.client.blocking import ConsumerType, InitialPosition
 
             w = self.client.subscribe(
                 tp,
@@ -339,7 +340,6 @@ class Planner:
         Raises :class:`PlanCancelled` once ``stop`` is set, CorruptMessageError for a corrupt
         entry when the planner's ``on_corrupt`` is ``raise``.
         """
-        import pyarrow.compute as pc
 
         if not start < end:
             return Scan(start, 0, 0, False)

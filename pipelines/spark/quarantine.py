@@ -23,8 +23,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pipelines.state.delta import write_idempotent
+from pyspark.sql import functions as F
+
 from pipelines.spark.reader import CORRUPT_BYTES, CORRUPT_REASON
+from pipelines.state.delta import write_idempotent
+from pulsarwire.codec.message_id import MessageId
 
 log = logging.getLogger("pipelines.spark.quarantine")
 
@@ -45,7 +48,6 @@ QUARANTINE_COLUMNS = (
 def split(df: Any) -> tuple[Any, Any]:
     """(good rows without the corrupt-message columns, corrupt rows) of a batch read with
     ``onCorruptMessage=quarantine``. Both are lazy DataFrames over ``df``; cache ``df`` first."""
-    from pyspark.sql import functions as F
 
     good = df.filter(F.col(CORRUPT_REASON).isNull()).drop(CORRUPT_REASON, CORRUPT_BYTES)
     bad = df.filter(F.col(CORRUPT_REASON).isNotNull())
@@ -54,7 +56,6 @@ def split(df: Any) -> tuple[Any, Any]:
 
 def quarantine_rows(bad: Any, job: str, batch_id: int) -> Any:
     """The quarantine table's rows for the corrupt rows ``bad`` of batch ``batch_id``."""
-    from pyspark.sql import functions as F
 
     return bad.select(
         F.lit(job).alias("job"),
@@ -103,7 +104,6 @@ def write_quarantine(
 
 def log_skipped(bad: Any, job: str, batch_id: int) -> int:
     """Log each corrupt row of ``bad`` (topic-partition, message id, reason); returns how many."""
-    from pulsarwire.codec.message_id import MessageId
 
     rows = bad.select("topic", "messageId", CORRUPT_REASON).collect()
     for r in rows:

@@ -43,8 +43,11 @@ from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
+from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -67,7 +70,9 @@ from pyspark.sql.types import (
 )
 
 from pipelines.errors import OptionError, PipelinesError
-from pipelines.options.grammar import ClientSettings
+from pipelines.options.grammar import ClientSettings, client_settings
+from pipelines.spark.planner import Planner, TopicSelector
+from pipelines.state.positions import partition_of
 
 log = logging.getLogger("pipelines.spark.reader")
 
@@ -466,7 +471,6 @@ class ValueSchema:
 
 @functools.lru_cache(maxsize=64)
 def _final_arrow_type(vs: ValueSchema) -> pa.DataType:
-    from pyspark.sql.pandas.types import to_arrow_type
 
     return to_arrow_type(vs.spark_type(), timezone="UTC")
 
@@ -619,7 +623,6 @@ def json_vectorized(vs: ValueSchema, values: pa.Array) -> pa.Array | None:
     Needs a record schema without maps; gives up on any parse error, a blank value, or a
     row count that differs from the number of values (a value holding two documents).
     """
-    import pyarrow.json as pj
 
     node = vs.node()
     parse_type = _json_arrow_type(node, "parse")
@@ -777,14 +780,7 @@ def _kind(v: Any) -> str:
 # -- AVRO ---------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=64)
 def _avro_reader(definition: str) -> tuple[Any, Any]:
-    """(fastavro.schemaless_reader, the parsed reader schema); raises PipelinesError without fastavro."""
-    try:
-        import fastavro
-    except ImportError:
-        raise PipelinesError(
-            "schema=auto: decoding AVRO values needs the fastavro package on every executor "
-            "(pip install fastavro)"
-        ) from None
+    """(fastavro.schemaless_reader, the parsed reader schema)."""
     cleaned = json.loads(_parse_definition(definition)[1])
     return fastavro.schemaless_reader, fastavro.parse_schema(cleaned)
 
@@ -813,7 +809,6 @@ _cache_lock = threading.Lock()
 
 
 def _parent(topic_partition: str) -> str:
-    from pipelines.state.positions import partition_of
 
     if partition_of(topic_partition) < 0:
         return topic_partition
@@ -825,7 +820,6 @@ def resolve_value_schema(settings: ClientSettings, selector: Any) -> ValueSchema
 
     Raises OptionError when topics disagree or the schema type is unsupported.
     """
-    from pipelines.spark.planner import Planner
 
     planner = Planner(settings, selector)
     try:
@@ -878,8 +872,6 @@ def cached_value_schema(
 
 def value_type(options: Mapping[str, str]) -> DataType:
     """The Spark type of ``value`` under ``schema=auto`` (fetches the schema; raises OptionError)."""
-    from pipelines.options.grammar import client_settings
-    from pipelines.spark.planner import TopicSelector
 
     vs = cached_value_schema(client_settings(options), TopicSelector.from_options(options))
     return BinaryType() if vs is None else vs.spark_type()

@@ -38,6 +38,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
 from pipelines.errors import OptionError, PipelinesError
 
 log = logging.getLogger("pipelines.state.delta")
@@ -140,8 +144,6 @@ def _location(target: str | Path, spark: Any) -> str:
 
 def _snapshot(location: str, storage_options: dict[str, str] | None) -> Any:
     """A deltalake DeltaTable at ``location``, or None when there is no table there yet."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaError, TableNotFoundError
 
     try:
         return DeltaTable(location, storage_options=storage_options)
@@ -232,8 +234,6 @@ def merge_new_rows(
         if delta_spark_available(session):
             return _spark_merge_new(data, target, predicate, update, parts, session)
         data = data.toArrow()
-    import pyarrow as pa
-    from deltalake.exceptions import DeltaError
 
     target = str(target)
     try:
@@ -286,8 +286,6 @@ def commit_metadata(target: str | Path, key: str, storage_options: dict[str, str
 
     Works on tables written by either engine; an absent table gives [].
     """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
 
     try:
         history = DeltaTable(str(target), storage_options=storage_options).history()
@@ -336,7 +334,6 @@ def _create(
     snapshot to check against). Creating first (racing creates are harmless) and then
     writing from a snapshot keeps the check atomic.
     """
-    from deltalake import DeltaTable
 
     DeltaTable.create(
         target, schema, mode="ignore", partition_by=partition_by, storage_options=storage_options
@@ -355,9 +352,6 @@ def _rs_write(
     storage_options: dict[str, str] | None,
     metadata: Mapping[str, str] | None = None,
 ) -> bool:
-    import pyarrow as pa
-    from deltalake import CommitProperties, Transaction, write_deltalake
-    from deltalake.exceptions import CommitFailedError, DeltaError
 
     if not isinstance(data, (pa.Table, pa.RecordBatchReader)):
         if not hasattr(data, "__arrow_c_stream__"):

@@ -36,8 +36,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from pipelines.state.delta import delta_spark_available, is_table_name, spark_table_ref
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
 from pipelines.errors import OffsetStoreError
+from pipelines.state.delta import delta_spark_available, is_table_name, spark_table_ref
 from pipelines.state.positions import Offsets, Position, partition_of
 
 log = logging.getLogger("pipelines.state.offsets")
@@ -143,7 +148,6 @@ class DeltaRsEngine:
 
     @staticmethod
     def schema() -> Any:
-        import pyarrow as pa
 
         return pa.schema(
             [
@@ -162,8 +166,6 @@ class DeltaRsEngine:
 
     def _guard(self, op: Callable[[], T], doing: str) -> T:
         """Run ``op`` with conflict retries; every other failure becomes an OffsetStoreError."""
-        import pyarrow as pa
-        from deltalake.exceptions import CommitFailedError, DeltaError
 
         def conflict(exc: BaseException) -> bool:
             return isinstance(exc, CommitFailedError)
@@ -176,8 +178,6 @@ class DeltaRsEngine:
             raise OffsetStoreError(f"offset table {self.table}: {doing} failed: {exc}") from exc
 
     def _open(self) -> Any:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
 
         try:
             return DeltaTable(self.table, storage_options=self._storage_options)
@@ -185,7 +185,6 @@ class DeltaRsEngine:
             return None
 
     def _open_or_create(self) -> Any:
-        from deltalake import DeltaTable
 
         dt = self._open()
         if dt is None:
@@ -196,7 +195,6 @@ class DeltaRsEngine:
         return dt
 
     def read(self, job: str) -> list[dict[str, Any]]:
-        import pyarrow.compute as pc
 
         def op() -> list[dict[str, Any]]:
             dt = self._open()
@@ -211,7 +209,6 @@ class DeltaRsEngine:
         return self._guard(op, "reading")
 
     def upsert(self, rows: Sequence[Mapping[str, Any]], *, forward_only: bool = False) -> None:
-        import pyarrow as pa
 
         if not rows:
             return
@@ -233,7 +230,6 @@ class DeltaRsEngine:
         self._guard(op, "commit")
 
     def delete(self, job: str, topics: Iterable[str] | None = None) -> None:
-        import pyarrow as pa
 
         if topics is None:
             source = pa.table({"job": pa.array([job], pa.string())})

@@ -23,9 +23,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from pulsarwire.codec.message_id import MessageId
-
 from pipelines.errors import OptionError
+from pulsarwire.codec.message_id import MessageId
 
 _TEXT = re.compile(r"-?\d+:-?\d+:-?\d+")
 _PARTITION = re.compile(r"^.+-partition-(\d+)$")

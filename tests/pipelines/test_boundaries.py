@@ -1,0 +1,96 @@
+"""The import boundaries of pipelines' sub-packages.
+
+Only ``pipelines.spark`` (and the runner, which starts Spark, with ``pipelines.jobs.testing``
+that runs it) may import pyspark when imported; ``pipelines validate`` and ``pipelines list``
+run in a fresh interpreter without loading it. Checked twice: statically, on every module's
+top-level imports, and by running the command in a subprocess and listing its modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "pipelines"
+#: modules that may import pyspark at import time (relative to pipelines/)
+SPARK_MODULES = ("spark/", "jobs/runner.py", "jobs/testing.py")
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """The modules a file imports when it is imported (not inside functions)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_only_the_spark_modules_import_pyspark_at_import_time() -> None:
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        spark = {n for n in top_level_imports(path) if n.split(".")[0] == "pyspark"}
+        if spark and not rel.startswith(SPARK_MODULES):
+            offenders.append(f"pipelines/{rel}: {sorted(spark)}")
+    assert offenders == []
+    # the allowed list is not vacuous: the data source does import pyspark
+    assert "pyspark.sql.datasource" in top_level_imports(PACKAGE / "spark" / "datasource.py")
+
+
+def test_no_module_outside_spark_imports_the_spark_modules_at_import_time() -> None:
+    """A module outside the Spark side that imported ``pipelines.spark.reader`` at import time
+    would load pyspark through it: only planner (no Spark in it) is shared."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith(SPARK_MODULES):
+            continue
+        for name in top_level_imports(path):
+            if name.startswith(("pipelines.spark.", "pipelines.jobs.runner", "pipelines.jobs.testing")) and (
+                name != "pipelines.spark.planner"
+            ):
+                offenders.append(f"pipelines/{rel}: {name}")
+    assert offenders == []
+
+
+def test_pulsarwire_never_imports_pyspark() -> None:
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "pulsarwire").rglob("*.py"))
+        if "pyspark" in path.read_text()
+        and any(n.split(".")[0] == "pyspark" for n in _all_imports(path))
+    ]
+    assert offenders == []
+
+
+def _all_imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("command", [["validate", "jobs/orders_ingest.yaml"], ["list"]])
+def test_validate_and_list_load_no_pyspark(command: list[str]) -> None:
+    probe = (
+        "import sys\n"
+        "from pipelines.jobs.cli import main\n"
+        f"code = main({command!r})\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark' or m == 'pipelines.jobs.runner')\n"
+        "print('LOADED', loaded, 'EXIT', code)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "LOADED [] EXIT 0", proc.stdout + proc.stderr
