@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import difflib
 import importlib.util
 import json
 import os
@@ -44,9 +43,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipelines.errors import JobError
-from pipelines.jobs.models import Job, Loc, format_path, is_secret_key, mask_secrets
-from pipelines.masking import mask, remember
+from pipelines.jobs.models import Job, Loc, format_path
+from pipelines.masking import is_secret_key, mask, mask_data, remember, secret_values
 from pipelines.options.grammar import kind_of, show
+from pipelines.suggest import did_you_mean
 
 __all__ = [
     "PROFILE_KEYS",
@@ -456,14 +456,13 @@ class _Interpolator:
         for part in ref:
             if isinstance(node, str):
                 node = self._leaf(node, walked)
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-                node = node[part]
-            else:
+            in_mapping = isinstance(node, dict) and part in node
+            in_list = isinstance(node, list) and isinstance(part, int) and part < len(node)
+            if not (in_mapping or in_list):
                 raise _Problem(
                     f"${{{expr}}}: no key {format_path((*walked, part))} in the job or its profile"
                 )
+            node = node[part]
             walked = (*walked, part)
         value = self._value(node, walked)
         self._saw(f"{format_path(walked)} ({self.doc.label(walked)})", *self.via.get(walked, ()))
@@ -584,9 +583,9 @@ def _unknown_key(loc: Loc) -> str:
     if not (isclass(parent) and issubclass(parent, BaseModel)):
         return "unknown key"
     known = [f.alias or name for name, f in parent.model_fields.items()]
-    near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-    if near:
-        return f"unknown key (did you mean {near[0]}?)"
+    hint = did_you_mean(str(loc[-1]), known)
+    if hint:
+        return f"unknown key{hint}"
     return f"unknown key (expected one of: {', '.join(known)})"
 
 
@@ -623,9 +622,7 @@ def _message(err: Mapping[str, Any], loc: Loc) -> str:
         wanted = choices[0] if len(choices) == 1 else "one of " + ", ".join(choices)
         hint = ""
         if isinstance(value, str) and not secret:
-            lower = {c.lower(): c for c in choices}
-            near = difflib.get_close_matches(value.lower(), list(lower), n=1, cutoff=0.6)
-            hint = f" (did you mean {lower[near[0]]}?)" if near else ""
+            hint = did_you_mean(value, choices)
         return f"expected {wanted}{got}{hint}"
     return str(err.get("msg", "invalid")).split("\n")[0]
 
@@ -641,19 +638,6 @@ def _validation_lines(exc: ValidationError, doc: _Doc) -> list[str]:
         else:
             lines.append(doc.line(loc, _message(err, loc)))
     return list(dict.fromkeys(lines))
-
-
-def _collect_secrets(value: Any, key: object = None, out: set[str] | None = None) -> set[str]:
-    out = set() if out is None else out
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _collect_secrets(v, k, out)
-    elif isinstance(value, list):
-        for v in value:
-            _collect_secrets(v, key, out)
-    elif is_secret_key(key) and isinstance(value, str | int) and not isinstance(value, bool):
-        out.add(str(value))
-    return out
 
 
 def _scrub(lines: Iterable[str], secrets: Iterable[str]) -> list[str]:
@@ -750,7 +734,7 @@ def load_job(
 
     interp = _Interpolator(doc)
     resolved = interp.run()
-    secrets = _collect_secrets(resolved) | interp.env_secrets
+    secrets = secret_values(resolved) | interp.env_secrets
     if interp.problems:
         raise JobError(_scrub(interp.problems, secrets))
     _pulsar_defaults(resolved, doc, interp.via)
@@ -826,18 +810,9 @@ def locate_function(spec: str, roots: Sequence[Path] = ()) -> Path:
 
 def redacted(job: Job) -> dict[str, Any]:
     """The job as plain data for display: secrets (and values under secret-looking keys) masked."""
-    data = mask_secrets(job.model_dump(mode="json", by_alias=True, exclude_none=True))
-
-    def scrub(value: Any) -> Any:
-        if isinstance(value, str):
-            return mask(value, job._secrets)
-        if isinstance(value, dict):
-            return {k: scrub(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [scrub(v) for v in value]
-        return value
-
-    result: dict[str, Any] = scrub(data)
+    result: dict[str, Any] = mask_data(
+        job.model_dump(mode="json", by_alias=True, exclude_none=True), job._secrets
+    )
     return result
 
 

@@ -14,12 +14,11 @@ A validated job is frozen data plus the translations the runner needs:
 option maps), :meth:`Job.backfill_options`, :meth:`Trigger.spark_kwargs`,
 :meth:`Job.transform_function`. Secrets (``auth_token``, Delta ``storage_options``) are
 ``SecretStr``; the repr of every section masks them and any mapping value whose key
-looks secret (:func:`is_secret_key`).
+looks secret (:func:`pipelines.masking.is_secret_key`).
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import json
 import re
@@ -42,8 +41,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from pipelines.errors import JobError
-from pipelines.masking import MASK, mask
+from pipelines.masking import mask, mask_data
 from pipelines.options.grammar import GrammarError, duration_ms, kind_of, offsets_spec, show, time_ms
+from pipelines.suggest import did_you_mean
 
 __all__ = [
     "Backfill",
@@ -64,7 +64,6 @@ __all__ = [
     "Trigger",
     "duration_ms",
     "format_path",
-    "is_secret_key",
     "parse_bound",
     "problem",
 ]
@@ -104,41 +103,6 @@ def format_path(parts: Loc) -> str:
         else:
             out += "[" + json.dumps(p) + "]"
     return out
-
-
-_SECRET_KEY = re.compile(
-    r"token|password|passwd|secret|credential|private[_.-]?key|account[_.-]?key|access[_.-]?key"
-    r"|auth[_.-]?params",
-    re.I,
-)
-_PATH_KEY = re.compile(r"(file|path|dir)$", re.I)
-
-
-def is_secret_key(key: object) -> bool:
-    """True for keys whose values are never shown: ``*token*``, ``*password*``, ``*secret*``, ...
-
-    Keys naming a file or path (``auth_token_file``) are not secret: the file is.
-    """
-    return isinstance(key, str) and bool(_SECRET_KEY.search(key)) and not _PATH_KEY.search(key)
-
-
-def mask_secrets(value: Any, key: object = None) -> Any:
-    """A copy of ``value`` with ``SecretStr`` and values under secret-looking keys masked."""
-    if isinstance(value, SecretStr):
-        return MASK
-    if is_secret_key(key) and value is not None and not isinstance(value, dict | list | BaseModel):
-        return MASK
-    if isinstance(value, dict):
-        return {k: mask_secrets(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [mask_secrets(v) for v in value]
-    return value
-
-
-def _suggest(value: str, choices: list[str]) -> str:
-    lower = {c.lower(): c for c in choices}
-    near = difflib.get_close_matches(value.lower(), list(lower), n=1, cutoff=0.6)
-    return f" (did you mean {lower[near[0]]}?)" if near else ""
 
 
 # -- scalar types ----------------------------------------------------------------------------
@@ -267,7 +231,7 @@ class Section(BaseModel):
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for name, value in super().__repr_args__():
-            yield name, mask_secrets(value, name)
+            yield name, mask_data(value, key=name)
 
 
 class Bound(Section):
@@ -679,7 +643,7 @@ class Trigger(Section):
         if isinstance(data, str):
             if data in ("availableNow", "once"):
                 return {"kind": data}
-            raise problem(f"{_TRIGGER_HELP}, got {show(data)}{_suggest(data, ['availableNow', 'once'])}")
+            raise problem(f"{_TRIGGER_HELP}, got {show(data)}{did_you_mean(data, ['availableNow', 'once'])}")
         if isinstance(data, dict) and data:
             unknown = [k for k in data if k != "processing_time"]
             if unknown:
@@ -863,10 +827,10 @@ class Job(Section):
         )
 
     def __repr__(self) -> str:
-        return _scrub(super().__repr__(), self._secrets)
+        return mask(super().__repr__(), self._secrets)
 
     def __str__(self) -> str:
-        return _scrub(super().__str__(), self._secrets)
+        return mask(super().__str__(), self._secrets)
 
     # -- what the runner needs -----------------------------------------------------------------
 
@@ -1003,6 +967,3 @@ class Job(Section):
         except ValueError as exc:
             raise self.error("transform.python", str(exc)) from None
 
-
-def _scrub(text: str, secrets: frozenset[str]) -> str:
-    return mask(text, secrets)

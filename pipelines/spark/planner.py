@@ -27,7 +27,6 @@ without limits nothing is scanned.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 import threading
@@ -41,6 +40,7 @@ import pyarrow.compute as pc
 from pipelines.errors import CorruptMessageError, MissingTopicError, OptionError, PipelinesError
 from pipelines.options.grammar import ClientSettings
 from pipelines.state.positions import Offsets, Position, partition_of
+from pipelines.suggest import closest
 from pulsarwire.client.blocking import ConsumerType, InitialPosition
 from pulsarwire.client.core import topic_name
 from pulsarwire.codec.message_id import MessageId
@@ -127,8 +127,7 @@ def missing_topic(client: Any, topic: str) -> MissingTopicError:
         log.debug("listing %s for suggestions failed: %s", namespace, exc)
         return MissingTopicError(topic, namespace, (), listed=False)
     parents = sorted({re.sub(r"-partition-\d+$", "", n) for n in names} - {topic})
-    by_short = {_short(n): n for n in parents}
-    near = difflib.get_close_matches(_short(topic), list(by_short), n=3, cutoff=0.5)
+    near = closest(_short(topic), (_short(n) for n in parents), n=3, cutoff=0.5)
     return MissingTopicError(topic, namespace, tuple(near))
 
 

@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 import yaml
 
+from pipelines.errors import JobError
 from pipelines.jobs.cli import main
 from pipelines.jobs.config import load_job, parse_override, parse_path, redacted
-from pipelines.errors import JobError
-from pipelines.jobs.models import MASK, Bound, BoundError, Job, format_path, parse_bound
+from pipelines.jobs.models import Bound, BoundError, Job, format_path, parse_bound
+from pipelines.masking import MASK
 from pipelines.state.positions import Position
 
 REPO = Path(__file__).resolve().parents[3]
@@ -980,30 +981,32 @@ def test_cli_validate_show_masks_secrets(project: Path, monkeypatch: pytest.Monk
 
 
 def test_cli_hands_jobs_to_the_runner(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[str, Job, Any]] = []
-    fake = types.ModuleType("pipelines.jobs.runner")
-    fake.run_job = lambda job, args: calls.append(("run", job, args)) or 0  # type: ignore[attr-defined]
-    fake.backfill = lambda job, args: calls.append(("backfill", job, args)) or 0  # type: ignore[attr-defined]
-    fake.offsets_command = lambda job, args: calls.append(("offsets", job, args)) or 3  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "pipelines.jobs.runner", fake)
+    calls: list[tuple[Any, ...]] = []
+    fake = types.SimpleNamespace(
+        run_job=lambda job: calls.append(("run", job)) or 0,
+        backfill=lambda job, start, end: calls.append(("backfill", job, start, end)) or 0,
+        show_offsets=lambda job: calls.append(("show", job)) or 3,
+        reset_offsets=lambda job, position: calls.append(("reset", job, position)) or 3,
+    )
+    monkeypatch.setattr("pipelines.jobs.cli._runner", lambda: fake)
     monkeypatch.setattr("pipelines.jobs.preflight.check", lambda job, command: None)  # no broker here
     write(project, "jobs/a.yaml", INGEST)
 
     assert run_cli("run", "jobs/a.yaml", "--set", "name=z")[0] == 0
-    kind, job, args = calls[-1]
-    assert (kind, job.name, args.env) == ("run", "z", "local")
+    kind, job = calls[-1]
+    assert (kind, job.name, job.env) == ("run", "z", "local")
 
     assert run_cli("backfill", "jobs/a.yaml", "--from", "2024-06-01T00:00:00Z", "--to", "latest")[0] == 0
-    kind, job, args = calls[-1]
-    assert kind == "backfill" and args.start.time_ms == 1717200000000 and args.end.kind == "latest"
-    assert job.backfill_options(args.start, args.end)["startingTime"] == "1717200000000"
+    kind, job, start, end = calls[-1]
+    assert kind == "backfill" and start.time_ms == 1717200000000 and end.kind == "latest"
+    assert job.backfill_options(start, end)["startingTime"] == "1717200000000"
 
     assert run_cli("offsets", "show", "jobs/a.yaml") == (3, "", "")
-    assert calls[-1][2].action == "show"
+    assert calls[-1][0] == "show"
     code, _, err = run_cli("offsets", "reset", "jobs/a.yaml", "--to", '{"orders": "1:2:-1"}')
     assert code == 2 and "add --yes to confirm" in err
     assert run_cli("offsets", "reset", "jobs/a.yaml", "--to", "earliest", "--yes")[0] == 3
-    assert calls[-1][2].position.kind == "earliest"
+    assert calls[-1][0] == "reset" and calls[-1][2].kind == "earliest"
 
     code, _, err = run_cli("backfill", "jobs/a.yaml")
     assert (
