@@ -43,6 +43,7 @@ from pydantic_core import PydanticCustomError
 from pipelines.errors import JobError
 from pipelines.masking import mask, mask_data
 from pipelines.options.grammar import GrammarError, duration_ms, kind_of, offsets_spec, show, time_ms
+from pipelines.state.delta import is_table_name
 from pipelines.suggest import did_you_mean
 
 __all__ = [
@@ -722,10 +723,6 @@ class Backfill(Section):
 # -- the job --------------------------------------------------------------------------------
 
 
-def _is_table_name(target: str) -> bool:
-    return "/" not in target and "\\" not in target and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", target)
-
-
 class Job(Section):
     """A validated job: profile, job file and ``--set`` overrides merged, ``${...}`` resolved.
 
@@ -782,7 +779,7 @@ class Job(Section):
                 (("sink", "delta", "path"), self.sink.delta.path if self.sink.delta else None),
                 (("offsets",), self.offsets),
             ):
-                if target is not None and _is_table_name(target):
+                if target is not None and is_table_name(target):
                     found.append(
                         (
                             where,

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,10 +51,41 @@ log = logging.getLogger("pipelines.state.delta")
 Mode = Literal["append", "overwrite", "merge"]
 _MODES = ("append", "overwrite", "merge")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_CONFLICT_ATTEMPTS = 5
 _DELTA_EXTENSION = "DeltaSparkSessionExtension"
 _DELTA_CLASS = "io.delta.tables.DeltaTable"
 _spark_conf_lock = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRetry:
+    """How a Delta commit that lost to a concurrent writer is retried: up to ``attempts`` tries,
+    exponential backoff from ``initial_backoff`` capped at ``max_backoff`` seconds, full jitter."""
+
+    attempts: int = 12
+    initial_backoff: float = 0.02
+    max_backoff: float = 1.0
+
+    def delay(self, attempt: int) -> float:
+        """The pause after failed attempt number ``attempt`` (1-based)."""
+        return random.uniform(0, min(self.max_backoff, self.initial_backoff * 2 ** (attempt - 1)))
+
+
+def commit_attempts(policy: CommitRetry) -> Iterator[int]:
+    """Attempt numbers 1 .. ``policy.attempts``, sleeping the backoff before each retry.
+
+    The one retry loop of the Delta writes (data and offset store)::
+
+        for attempt in commit_attempts(policy):
+            try:
+                return commit()
+            except CommitFailedError:
+                if attempt == policy.attempts:
+                    raise ...
+    """
+    for attempt in range(1, policy.attempts + 1):
+        if attempt > 1:
+            time.sleep(policy.delay(attempt - 1))
+        yield attempt
 
 
 def is_table_name(target: str | Path) -> bool:
@@ -364,7 +397,8 @@ def _rs_write(
         custom_metadata=dict(metadata) if metadata else None,
         app_transactions=[Transaction(app_id=app_id, version=version)],
     )
-    for attempt in range(1, _CONFLICT_ATTEMPTS + 1):
+    policy = CommitRetry()
+    for attempt in commit_attempts(policy):
         consumed = False
         try:
             snapshot = _snapshot(target, storage_options)
@@ -397,7 +431,7 @@ def _rs_write(
                 )
             return True
         except CommitFailedError as exc:
-            if (consumed and not replayable) or attempt == _CONFLICT_ATTEMPTS:
+            if (consumed and not replayable) or attempt == policy.attempts:
                 again = last_version(target, app_id, storage_options=storage_options)
                 if again is not None and version <= again:
                     log.info("%s: %s version %d committed concurrently; skipped", target, app_id, version)
@@ -406,7 +440,6 @@ def _rs_write(
                     f"{target}: commit of {app_id} version {version} failed after {attempt} attempt(s): {exc}"
                 ) from exc
             log.debug("%s: commit conflict for %s version %d, retrying: %s", target, app_id, version, exc)
-            time.sleep(0.05 * attempt)
         except (DeltaError, OSError, pa.ArrowException) as exc:
             raise PipelinesError(f"{target}: writing {app_id} version {version} failed: {exc}") from exc
     raise AssertionError("unreachable")  # pragma: no cover

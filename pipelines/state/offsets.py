@@ -26,12 +26,9 @@ lost to a concurrent writer, with a bounded backoff, then raise OffsetStoreError
 from __future__ import annotations
 
 import logging
-import random
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -42,7 +39,13 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from pipelines.errors import OffsetStoreError
-from pipelines.state.delta import delta_spark_available, is_table_name, spark_table_ref
+from pipelines.state.delta import (
+    CommitRetry,
+    commit_attempts,
+    delta_spark_available,
+    is_table_name,
+    spark_table_ref,
+)
 from pipelines.state.positions import Offsets, Position, partition_of
 
 log = logging.getLogger("pipelines.state.offsets")
@@ -80,22 +83,10 @@ FORWARD_ONLY = f"{_AHEAD} OR ({_SAME} AND s.batch_id >= t.batch_id)"
 """The MERGE condition under which :meth:`OffsetStore.commit` updates a stored row."""
 
 
-@dataclass(frozen=True, slots=True)
-class CommitRetry:
-    """How a commit that lost to a concurrent writer is retried (seconds, with full jitter)."""
-
-    attempts: int = 12
-    initial_backoff: float = 0.02
-    max_backoff: float = 1.0
-
-    def delay(self, attempt: int) -> float:
-        return random.uniform(0, min(self.max_backoff, self.initial_backoff * 2 ** (attempt - 1)))
-
-
 def _retry(
     op: Callable[[], T], is_conflict: Callable[[BaseException], bool], policy: CommitRetry, what: str
 ) -> T:
-    for attempt in range(1, policy.attempts + 1):
+    for attempt in commit_attempts(policy):
         try:
             return op()
         except Exception as exc:
@@ -106,7 +97,6 @@ def _retry(
                     f"{what}: gave up after {attempt} attempts lost to concurrent commits: {exc}"
                 ) from exc
             log.debug("%s: concurrent commit, retry %d: %s", what, attempt, exc)
-            time.sleep(policy.delay(attempt))
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -19,9 +19,9 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from pipelines.errors import OffsetStoreError
+from pipelines.state.delta import CommitRetry
 from pipelines.state.offsets import (
     COLUMNS,
-    CommitRetry,
     DeltaRsEngine,
     DeltaSparkEngine,
     OffsetStore,
