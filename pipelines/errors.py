@@ -1,6 +1,6 @@
 """Errors of the pipelines package: one root, each names what the user must fix.
 
-Option errors name the option (``startingOffsets: ...``); job errors (issue 7)
+Option errors name the option (``startingOffsets: ...``); job errors
 name the job file and the YAML key. Everything raised from a Spark task or the
 driver that is our fault to explain derives from :class:`PipelinesError`.
 """
