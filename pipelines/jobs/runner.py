@@ -55,6 +55,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,6 @@ def session(job: Job) -> tuple[Any, bool]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-
     level = spark_log_level()
     conf = dict(job.spark.conf)
     java = conf.get("spark.driver.extraJavaOptions", "")
@@ -161,6 +161,24 @@ def session(job: Job) -> tuple[Any, bool]:
     if created and jvm is not None:  # a second Ctrl-C ends the JVM we started without its traces
         STOP.on_abort.append(jvm.kill)
     return spark, created
+
+
+@contextmanager
+def spark_session(job: Job) -> Iterator[Any]:
+    """The job's SparkSession for one command: Spark's and Py4J's errors leave as one
+    PipelinesError naming the job (:func:`run_error`); clients are closed and a session this
+    call started is stopped on the way out."""
+    spark, created = session(job)
+    try:
+        yield spark
+    except PipelinesError:
+        raise
+    except Exception as exc:  # Spark's and Py4J's errors carry ours in their text
+        raise run_error(job, exc) from exc
+    finally:
+        close_clients()
+        if created:
+            spark.stop()
 
 
 def transform(job: Job, spark: Any, df: Any) -> Any:
@@ -334,19 +352,10 @@ def run_job(job: Job) -> int:
     A publish (Delta → Pulsar) whose Spark job fails raises SinkError naming the job, the table
     version and the task's error; the versions before it stay recorded as published.
     """
-    spark, created = session(job)
-    try:
+    with spark_session(job) as spark:
         if job.source.kind == "delta":
             return _publish(job, spark)
         return _stream(job, spark)
-    except PipelinesError:
-        raise
-    except Exception as exc:  # Spark's and Py4J's errors carry ours in their text
-        raise run_error(job, exc) from exc
-    finally:
-        close_clients()
-        if created:
-            spark.stop()
 
 
 #: errors raised in the source or sink while a job runs → the job key a user changes to fix it
@@ -398,13 +407,11 @@ def check_output(job: Job, df: Any) -> None:
                 f"[{', '.join(existing)}], the job says [{', '.join(wanted)}]"
             )
     if job.sink.pulsar is not None:
-
         try:
             sink_settings(job.sink_options(), df.schema, streaming=True)
         except (SinkError, OptionError) as exc:
             problems.append(f"{job.source_file}: sink.pulsar: the transformed rows do not fit: {exc}")
     if problems:
-
         raise JobError(problems)
 
 
@@ -476,7 +483,6 @@ def _stream(job: Job, spark: Any) -> int:
     for key, value in options.items():
         reader = reader.option(key, value)
     if routed:  # the transform runs per batch on the good rows; its schema is checked on them now
-
         df = reader.load()
         check_output(job, transform(job, spark, quarantine.split(df)[0]))
     else:
@@ -595,7 +601,6 @@ def _publish_failed(job: Job, path: str, version: int, exc: BaseException) -> Si
 
 def _publish(job: Job, spark: Any) -> int:
 
-
     assert job.source.delta is not None and job.checkpoint is not None
     path = job.source.delta.path
     storage = job.storage_options()
@@ -708,13 +713,12 @@ def backfill(job: Job, start: Bound | None = None, end: Bound | None = None) -> 
             say(f"[{job.name}] backfill {window}: nothing before the stream's position to backfill")
             return 0
     parts = list(slices(start, end, BACKFILL_SLICES))
-    spark, created = session(job)
     sink = job.sink.delta
     target = sink.path
     progress = Progress(job)
     read_rows = new_rows = 0
     t0 = time.monotonic()
-    try:
+    with spark_session(job) as spark:
         keys, update = _backfill_keys(job, spark)
         for i, part in enumerate(parts, 1):
             if STOP.requested:
@@ -756,14 +760,6 @@ def backfill(job: Job, start: Bound | None = None, end: Bound | None = None) -> 
             progress.batches += 1
             progress.rows += rows
             progress.busy += time.monotonic() - t
-    except PipelinesError:
-        raise
-    except Exception as exc:  # Spark's and Py4J's errors carry ours in their text
-        raise run_error(job, exc) from exc
-    finally:
-        close_clients()
-        if created:
-            spark.stop()
     already = " (everything was already there)" if read_rows and not new_rows else ""
     progress.summary(f"; {new_rows} new rows in {target}{already}")
     return 0
@@ -837,7 +833,6 @@ def _bound_text(bound: Bound) -> str:
 def _backfill_keys(job: Job, spark: Any) -> tuple[list[str], bool]:
     """The keys a backfill merges on, and whether matched rows are updated; checked on the
     transformed schema (no data read). Raises JobError when there is nothing to merge on."""
-
 
     sink = job.sink.delta
     assert sink is not None
