@@ -1,8 +1,10 @@
 """pipelines: Spark jobs reading from and writing to Pulsar through pulsarwire.
 
 ``pipelines.register(spark)`` makes ``format("pulsarwire")`` available in a
-SparkSession (source and sink, batch and streaming). The offset store, the
-exactly-once Delta helper and the job runner live in the submodules.
+SparkSession (source and sink, batch and streaming). The sub-packages: ``pipelines.spark``
+(the data source; the only one importing pyspark), ``pipelines.state`` (positions, Delta
+writes, the offset store, exactly once), ``pipelines.jobs`` (job files, checks, runner, CLI)
+and ``pipelines.options`` (the options of the source and sink).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import os
 import subprocess
 import sys
 from typing import Any
+
+from pipelines.errors import PipelinesError
 
 __all__ = ["FORMAT", "register"]
 
@@ -29,7 +33,7 @@ def register(spark: Any) -> None:
     Clusters (any other master) keep their own setting: their images install pulsarwire.
     """
     _use_this_python(spark)
-    from pipelines.spark.datasource import PulsarWireDataSource
+    from pipelines.spark.datasource import PulsarWireDataSource  # pyspark: only when registering
 
     spark.dataSource.register(PulsarWireDataSource)
 
@@ -57,8 +61,6 @@ def _use_this_python(spark: Any) -> None:
     except (OSError, subprocess.SubprocessError):
         failed = True
     if failed:
-        from pipelines.errors import PipelinesError
-
         raise PipelinesError(
             f"PYSPARK_PYTHON={chosen} cannot import pulsarwire, so Spark's Python workers would fail: "
             f"unset it (workers then use this interpreter, {sys.executable}) or point it at a Python "
