@@ -52,13 +52,13 @@ from pulsarwire.errors import (
     RemoteProtocolError,
     StorageError,
 )
+from pulsarwire.naming import TopicName
 from pulsarwire.proto import PROTOCOL_VERSION, pb
 
 from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Authenticator, Identity, PeerCertificate
 from .authz import CONSUME, LOOKUP, PRODUCE, Action, Grants
 from .compaction import CompactionStatus
 from .faults import Faults, corrupt
-from .naming import TopicName
 from .policies import (
     DEFAULT_NAMESPACE,
     Namespaces,

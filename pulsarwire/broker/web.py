@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from pulsarwire.errors import AuthenticationError, InvalidTopicName, PulsarWireError
+from pulsarwire.naming import TopicName
 from pulsarwire.proto import pb
 
 from .authz import CONSUME, LOOKUP, PRODUCE, Action
 from .compaction import CompactionInProgressError
-from .naming import TopicName
 from .policies import NamespaceNotFound, Policies, PolicySyntaxError, Retention
 from .schemas import Compatibility, IncompatibleSchemaError, InvalidSchemaError, type_name
 from .server import BrokerError, _listen, _url_host
@@ -426,7 +426,7 @@ class WebService:
     def _loaded(self, name: TopicName) -> Topic:
         """The topic, loaded; 404 when it does not exist."""
         full = str(name)
-        parts = self.broker.partitioned.get(str(name.partitioned_parent), 0)
+        parts = self.broker.partitioned.get(str(name.partitioned_topic), 0)
         is_partition = name.partition_index >= 0 and name.partition_index < parts
         if full in self.broker.partitioned or not (is_partition or self.broker.topic_exists(full)):
             raise HttpError(404, "Topic not found")
@@ -637,7 +637,7 @@ class WebService:
     def on_create_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "create topics")
         full = str(name)
-        parent = str(name.partitioned_parent)
+        parent = str(name.partitioned_topic)
         if self.broker.topic_exists(full) or (name.partition_index < 0 and full in self.broker.partitioned):
             raise HttpError(409, "This topic already exists")
         if name.partition_index >= 0 and parent in self.broker.partitioned:
