@@ -41,9 +41,12 @@ from pulsarwire.io.pool import ConnectionPool, TlsOptions, parse_broker_url
 from pulsarwire.naming import TopicName
 from pulsarwire.proto import pb
 
-from .consumer import Consumer, ConsumerConfig, MessageQueue, PartitionConsumer
+from .consumer import PartitionConsumer
+from .consumer_config import ConsumerConfig
 from .http_lookup import HttpLookup, is_http_url
+from .multi_topic import Consumer
 from .producer import PartitionProducer, Producer, ProducerConfig
+from .receive_queue import MessageQueue
 from .retry import Backoff, Decision, RetryPolicy, decide
 from .routing import HashingScheme, Router, RoutingMode
 from .schema import SchemaInfo
