@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from pulsarwire.errors import AuthenticationError, InvalidTopicName, PulsarWireError
-from pulsarwire.naming import TopicName
+from pulsarwire.naming import DOMAINS, TopicName
 from pulsarwire.proto import pb
 
 from .authz import CONSUME, LOOKUP, PRODUCE, Action
@@ -64,7 +64,6 @@ MAX_HEADERS = 100
 MAX_HTTP_CONNECTIONS = 1024
 #: Marks routes that need a superuser (Pulsar: tenant admin or superuser).
 SUPERUSER: frozenset[Action] = frozenset()
-_DOMAINS = ("persistent", "non-persistent")
 _MODE = pb.CommandGetTopicsOfNamespace.Mode
 #: ``?mode=`` of a namespace's topic list, and the mode listing one domain
 _MODES = {"PERSISTENT": _MODE.PERSISTENT, "NON_PERSISTENT": _MODE.NON_PERSISTENT, "ALL": _MODE.ALL}
@@ -176,7 +175,7 @@ def _match(parts: tuple[str, ...], segments: list[str]) -> dict[str, str] | None
     for part, seg in zip(parts, segments, strict=True):
         if part.startswith("{"):
             name = part[1:-1]
-            if not seg or (name == "domain" and seg not in _DOMAINS):
+            if not seg or (name == "domain" and seg not in DOMAINS):
                 return None
             params[name] = seg
         elif part != seg:
