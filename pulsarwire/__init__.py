@@ -1,13 +1,13 @@
 """pulsarwire: a pure-Python implementation of the Apache Pulsar binary protocol.
 
 ``import pulsarwire`` gives the blocking client API under the official client's names
-(``pulsarwire.Client``, ``Producer``, ``Consumer``, ``Reader``, ``Message``, ``MessageId``,
+(``pulsarwire.Client``, ``Producer``, ``Consumer``, ``Reader``, ``Message``, ``MessageId``, ``TopicName``,
 ``AuthenticationToken``, ``AuthenticationBasic``, ``AuthenticationOauth2``, ``CompressionType``,
 ``ConsumerType``, ``InitialPosition``, ``PartitionsRoutingMode``, ``ConsumerDeadLetterPolicy``,
 ``KeySharedPolicy``, ``SchemaInfo``)
 and the typed errors a client user meets; ``pulsarwire.asyncio`` is the asyncio API, as
 ``pulsar.asyncio``. The client classes are loaded on first use (module ``__getattr__``), so
-importing the package stays cheap: it loads the message id and the errors only.
+importing the package stays cheap: it loads the message id, the topic name and the errors only.
 
 Layers (each uses only those before it): ``proto`` (generated schema),
 ``codec`` (sans-IO frames, payloads, batches, compression, MessageId, hashes),
@@ -78,6 +78,7 @@ from pulsarwire.errors import (
     UnknownError,
     UnsupportedVersionError,
 )
+from pulsarwire.naming import TopicName
 
 if TYPE_CHECKING:
     from pulsarwire import asyncio
@@ -213,6 +214,7 @@ __all__ = [
     "TlsDowngradeError",
     "TooManyRedirectsError",
     "TooManyRequests",
+    "TopicName",
     "TopicNotFound",
     "TopicTerminatedError",
     "TransactionConflict",

@@ -35,16 +35,15 @@ from pulsarwire.client.blocking import (
     _send_args,
     _subscribe_options,
 )
-from pulsarwire.client.consumer import Consumer as _CoreConsumer
-from pulsarwire.client.consumer import DeadLetterPolicy, KeySharedPolicy
+from pulsarwire.client.consumer_config import DeadLetterPolicy, KeySharedPolicy
 from pulsarwire.client.core import AsyncClient
 from pulsarwire.client.message import Message
+from pulsarwire.client.multi_topic import Consumer as _CoreConsumer
 from pulsarwire.client.producer import Producer as _CoreProducer
 from pulsarwire.client.retry import RetryPolicy
 from pulsarwire.client.routing import HashingScheme, RoutingMode
 from pulsarwire.codec.message_id import MessageId
-from pulsarwire.errors import InvalidConfigurationError, PulsarWireError
-from pulsarwire.proto import pb
+from pulsarwire.errors import PulsarWireError
 from pulsarwire.protocol.state import HandlerState
 
 __all__ = ["Client", "Consumer", "Producer", "PulsarException", "Reader"]
@@ -230,10 +229,7 @@ class Consumer(_Receiving):
 
     @_doc(_blocking.Consumer.acknowledge_cumulative)
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
-        kind = self._core.parts[0].config.consumer_type if self._core.parts else None
-        if kind in (pb.CommandSubscribe.Shared, pb.CommandSubscribe.Key_Shared):
-            raise InvalidConfigurationError("cumulative acknowledgement is not allowed on Shared/Key_Shared")
-        self._core.acknowledge_cumulative(message)
+        self._core.acknowledge_cumulative(message)  # raises on Shared/Key_Shared
 
     @_doc(_blocking.Consumer.negative_acknowledge)
     async def negative_acknowledge(self, message: Message | MessageId) -> None:

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pulsarwire.errors import InvalidTopicName
+from pulsarwire.naming import TopicName
 
 from .auth import Authentication, Authenticator, Provider, TlsAuth, TokenAuth, TokenKeyError, read_key
 from .authz import Grant, Grants, GrantSyntaxError
 from .htpasswd import BasicAuth, PasswordFileError
-from .naming import TopicName
 from .policies import (
     DEFAULT_NAMESPACE,
     Policies,

@@ -16,8 +16,8 @@ import threading
 from typing import Any
 
 from pulsarwire.codec.frames import crc32c
+from pulsarwire.naming import TopicName
 
-from .naming import TopicName
 from .server import Broker, BrokerConfig
 
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pulsarwire.errors import InvalidTopicName, PulsarWireError
+from pulsarwire.naming import TopicName
 
 from .authz import split_namespace
-from .naming import TopicName
 from .schemas import Compatibility
 
 #: The namespace a standalone Pulsar starts with.
@@ -107,7 +107,7 @@ def parse_scope(text: str) -> str:
     except InvalidTopicName as exc:
         raise PolicySyntaxError(f"scope {text!r}: {exc}") from None
     check_namespace(topic.namespace_name)
-    return str(topic.partitioned_parent)
+    return str(topic.partitioned_topic)
 
 
 def parse_switch(text: str) -> bool:
@@ -196,7 +196,7 @@ class Namespaces:
         found = self._effective.get((topic, broker))
         if found is None:
             name = TopicName.parse(topic)
-            own = self._policies.get(str(name.partitioned_parent), Policies())
+            own = self._policies.get(str(name.partitioned_topic), Policies())
             namespace = self._policies.get(name.namespace_name, Policies())
             found = own.over(namespace.over(broker))
             if len(self._effective) >= EFFECTIVE_CACHE_SIZE:

@@ -58,10 +58,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from pulsarwire.naming import TopicName
 from pulsarwire.proto import pb
 
 from . import avro
-from .naming import TopicName
 
 log = logging.getLogger("pulsarwire.broker.schemas")
 
@@ -127,7 +127,7 @@ class InvalidSchemaError(IncompatibleSchemaError):
 
 def schema_owner(topic: str) -> str:
     """The name a topic's schemas are kept under: a partition's partitioned topic, else itself."""
-    return str(TopicName.parse(topic).partitioned_parent)
+    return str(TopicName.parse(topic).partitioned_topic)
 
 
 class SchemaRegistry:

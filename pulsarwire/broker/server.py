@@ -52,13 +52,13 @@ from pulsarwire.errors import (
     RemoteProtocolError,
     StorageError,
 )
+from pulsarwire.naming import TopicName
 from pulsarwire.proto import PROTOCOL_VERSION, pb
 
 from .auth import REFRESH_AUTH_DATA, TOKEN_METHOD, Authenticator, Identity, PeerCertificate
 from .authz import CONSUME, LOOKUP, PRODUCE, Action, Grants
 from .compaction import CompactionStatus
 from .faults import Faults, corrupt
-from .naming import TopicName
 from .policies import (
     DEFAULT_NAMESPACE,
     Namespaces,
@@ -588,7 +588,7 @@ class Broker:
         def do() -> None:
             name = TopicName.parse(topic)
             n = self.partitioned.pop(str(name), None)
-            for part in [str(name.partition(i)) for i in range(n)] if n else [str(name)]:
+            for part in [str(p) for p in name.partitions(n or 0)]:
                 forget(part)
             if n:
                 self._save_metadata()
@@ -762,7 +762,7 @@ class Broker:
             return None
         tn = TopicName.parse(name)
         last_sequence: dict[str, int] = {}
-        persistent = tn.domain == "persistent"
+        persistent = tn.is_persistent
         data_dir = self.config.data_dir if persistent else None  # a non-persistent topic stores nothing
         log_ = TopicLog(
             name,

@@ -32,8 +32,7 @@ from typing import Any
 import re2
 
 from pulsarwire.codec.frames import crc32c
-
-from .naming import TopicName
+from pulsarwire.naming import TopicName
 
 #: Default cap on a pattern's length without scheme. Pulsar's subscriptionPatternMaxLength
 #: defaults to 50; ours is larger because the engine is linear anyway and clients that are
@@ -70,7 +69,7 @@ class TopicsPattern:
 
     def matches(self, topic: str) -> bool:
         """Full match of a topic's partitioned parent without scheme, as Pulsar filters topic lists."""
-        parent = str(TopicName.parse(topic).partitioned_parent)
+        parent = str(TopicName.parse(topic).partitioned_topic)
         return self.regex.fullmatch(_SCHEME.sub("", parent)) is not None
 
     def filter(self, topics: Iterable[str]) -> list[str]:

@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from pulsarwire.errors import AuthenticationError, InvalidTopicName, PulsarWireError
+from pulsarwire.naming import DOMAINS, TopicName
 from pulsarwire.proto import pb
 
 from .authz import CONSUME, LOOKUP, PRODUCE, Action
 from .compaction import CompactionInProgressError
-from .naming import TopicName
 from .policies import NamespaceNotFound, Policies, PolicySyntaxError, Retention
 from .schemas import Compatibility, IncompatibleSchemaError, InvalidSchemaError, type_name
 from .server import BrokerError, _listen, _url_host
@@ -64,7 +64,6 @@ MAX_HEADERS = 100
 MAX_HTTP_CONNECTIONS = 1024
 #: Marks routes that need a superuser (Pulsar: tenant admin or superuser).
 SUPERUSER: frozenset[Action] = frozenset()
-_DOMAINS = ("persistent", "non-persistent")
 _MODE = pb.CommandGetTopicsOfNamespace.Mode
 #: ``?mode=`` of a namespace's topic list, and the mode listing one domain
 _MODES = {"PERSISTENT": _MODE.PERSISTENT, "NON_PERSISTENT": _MODE.NON_PERSISTENT, "ALL": _MODE.ALL}
@@ -176,7 +175,7 @@ def _match(parts: tuple[str, ...], segments: list[str]) -> dict[str, str] | None
     for part, seg in zip(parts, segments, strict=True):
         if part.startswith("{"):
             name = part[1:-1]
-            if not seg or (name == "domain" and seg not in _DOMAINS):
+            if not seg or (name == "domain" and seg not in DOMAINS):
                 return None
             params[name] = seg
         elif part != seg:
@@ -426,7 +425,7 @@ class WebService:
     def _loaded(self, name: TopicName) -> Topic:
         """The topic, loaded; 404 when it does not exist."""
         full = str(name)
-        parts = self.broker.partitioned.get(str(name.partitioned_parent), 0)
+        parts = self.broker.partitioned.get(str(name.partitioned_topic), 0)
         is_partition = name.partition_index >= 0 and name.partition_index < parts
         if full in self.broker.partitioned or not (is_partition or self.broker.topic_exists(full)):
             raise HttpError(404, "Topic not found")
@@ -637,7 +636,7 @@ class WebService:
     def on_create_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "create topics")
         full = str(name)
-        parent = str(name.partitioned_parent)
+        parent = str(name.partitioned_topic)
         if self.broker.topic_exists(full) or (name.partition_index < 0 and full in self.broker.partitioned):
             raise HttpError(409, "This topic already exists")
         if name.partition_index >= 0 and parent in self.broker.partitioned:

@@ -33,7 +33,6 @@ from typing import Any, Literal, TypeVar
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
-    InvalidConfigurationError,
     OperationTimeoutError,
     ProducerQueueIsFullError,
     ReachedEndOfTopicError,
@@ -41,12 +40,13 @@ from pulsarwire.errors import (
 from pulsarwire.proto import pb
 from pulsarwire.protocol.state import HandlerState
 
+from .acks import AckKind
 from .auth import Authentication
 from .bulk import read_arrow
-from .consumer import Consumer as AsyncConsumer
-from .consumer import DeadLetterPolicy, KeySharedPolicy
+from .consumer_config import DeadLetterPolicy, KeySharedPolicy
 from .core import AsyncClient
 from .message import Message
+from .multi_topic import Consumer as AsyncConsumer
 from .producer import Producer as AsyncProducer
 from .retry import RetryPolicy
 from .routing import HashingScheme, RoutingMode
@@ -1046,7 +1046,7 @@ class Consumer(_Receiving):
         if self._core.closed:
             raise AlreadyClosedError("consumer is closed")
 
-    def _ack(self, kind: str, message: Message | MessageId) -> None:
+    def _ack(self, kind: AckKind, message: Message | MessageId) -> None:
         self._check_open()
         owner, mid = self._core.owner_of(message)
         owner.ack_from_thread(kind, mid)  # ordered before any resubscribe of that consumer
@@ -1075,9 +1075,7 @@ class Consumer(_Receiving):
         InvalidConfigurationError
             On a Shared or KeyShared subscription.
         """
-        kind = self._core.parts[0].config.consumer_type if self._core.parts else None
-        if kind in (pb.CommandSubscribe.Shared, pb.CommandSubscribe.Key_Shared):
-            raise InvalidConfigurationError("cumulative acknowledgement is not allowed on Shared/Key_Shared")
+        self._core.check_cumulative()
         self._ack("cumulative", message)
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:

@@ -47,12 +47,14 @@ from pulsarwire.errors import (
 from pulsarwire.proto import pb
 from pulsarwire.protocol.connection import MessageReceived
 
-from .consumer import ConsumerConfig, MessageQueue, PartitionConsumer
+from .consumer import PartitionConsumer
+from .consumer_config import ConsumerConfig
+from .receive_queue import MessageQueue
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .core import AsyncClient
+    from .context import ClientContext
 
 log = logging.getLogger("pulsarwire.bulk")
 OnCorrupt = Literal["raise", "skip", "rows"]
@@ -368,7 +370,7 @@ class _ColumnReader(PartitionConsumer):
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: ClientContext,
         topic: str,
         partition: int,
         config: ConsumerConfig,
@@ -403,7 +405,7 @@ class _ColumnReader(PartitionConsumer):
             or self._seek_filter
             or is_chunk(md)
             or here > (end.ledger_id, end.entry_id)
-            or here in self._pending_acks
+            or here in self.acks.pending
         ):
             super()._on_message(ev)
             return
@@ -493,7 +495,7 @@ class _ColumnReader(PartitionConsumer):
 
 
 async def read_arrow(
-    client: AsyncClient,
+    client: ClientContext,
     topic: str,
     start: MessageId,
     end: MessageId,

@@ -1,23 +1,21 @@
-"""Consumers and readers: receive queue with FLOW permits, batch/chunk unpacking, acks, seek, reconnect.
+"""A partition consumer: one subscription on one topic-partition, from the wire to the receive queue.
 
-:class:`PartitionConsumer` is subscribed to one topic (or partition). Entries
-from the broker are decompressed and unbatched on arrival; batch indexes the
-broker marks as acknowledged (``ack_set``) and, for readers and after a seek,
-messages before the start position are dropped. Messages go to a
-:class:`MessageQueue` (shared by every partition of a multi-topic consumer);
-taking a message out counts it as consumed, and once half the receiver queue
-was consumed a FLOW returns those permits — skipped messages count too, so
-permits never leak.
+:class:`PartitionConsumer` is subscribed to one topic (or partition) and lives through
+reconnects (:class:`~pulsarwire.client.handler.Handler`). Entries from the broker are counted
+against the FLOW permits granted (:mod:`~pulsarwire.client.flow`), decompressed and unbatched on
+arrival; batch indexes the broker marks as acknowledged (``ack_set``), indexes acked here whose
+ack is not sent yet, and, for readers and after a seek, messages before the start position are
+dropped. Messages go to the :class:`~pulsarwire.client.receive_queue.MessageQueue` shared by every
+partition of one consumer (:mod:`~pulsarwire.client.multi_topic`); taking a message out, or
+skipping it, counts it as consumed, and permits go back in halves of the receiver queue.
 
-Acks are grouped (``ack_group_time_ms`` / 1000 ids) and flushed on close.
-Batch-index acks send ``ack_set`` (bit set = still unacked) until the whole
-batch is acked; acking a chunked message acks all its chunks. Cumulative acks
-are refused on Shared and Key_Shared. Negative acks are redelivered after a
-delay; an optional ack timeout redelivers what was not acked in time. From
-protocol 17 on each ACK asks for a receipt: acks the broker did not apply
-(cut connection, consumer closed by the broker first) are queued again, and a
-resubscribe sends the queued acks before its FLOW, so nothing acknowledged
-comes back; a message still waiting in the ack queue is not delivered again.
+Acks are grouped by :class:`~pulsarwire.client.acks.AckGroup` and sent by :meth:`PartitionConsumer.flush_acks`
+(also on close and before a resubscribe asks for messages); acking a chunked message acks all its
+chunks. From protocol 17 on each ACK asks for a receipt: acks the broker did not apply (cut
+connection, consumer closed by the broker first) are queued again, so nothing acknowledged comes
+back. Negative acks and the ack timeout are :class:`~pulsarwire.client.redelivery.RedeliveryTimers`,
+which a timer task turns into REDELIVER_UNACKNOWLEDGED_MESSAGES; a message redelivered
+``max_redeliver_count`` times goes to the dead-letter topic when it fails once more.
 
 An entry that fails validation (checksum, decompression, batch layout, a batch
 count below 1 or more than its bytes hold) is neither delivered nor
@@ -48,13 +46,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
-from collections import OrderedDict, deque
-from dataclasses import dataclass
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, cast
 
-from pulsarwire.codec.batch import ack_set_for, unacked_indexes
+from pulsarwire.codec.batch import unacked_indexes
 from pulsarwire.codec.chunks import EVICTED, EXPIRED, ChunkReassembler, is_chunk
 from pulsarwire.codec.entry import EntryMessage, open_entry
 from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, new_command
@@ -64,10 +60,8 @@ from pulsarwire.errors import (
     ConsumerBusy,
     CorruptMessageError,
     FlowControlError,
-    InvalidConfigurationError,
     OperationTimeoutError,
     PulsarWireError,
-    ReachedEndOfTopicError,
 )
 from pulsarwire.proto import pb
 from pulsarwire.protocol.connection import (
@@ -84,14 +78,19 @@ from pulsarwire.protocol.state import (
     HandlerState,
 )
 
+from .acks import AckGroup, AckKind, refuse_cumulative
+from .consumer_config import ConsumerConfig, DeadLetterPolicy
 from .creation import Creation, create
+from .flow import PermitBooks
 from .handler import Handler
 from .message import Message
+from .redelivery import RedeliveryTimers
 
 if TYPE_CHECKING:
     from pulsarwire.io.connection import Connection
 
-    from .core import AsyncClient
+    from .context import ClientContext, DeadLetterProducer
+    from .receive_queue import MessageQueue
 
 log = logging.getLogger("pulsarwire.consumer")
 T = pb.BaseCommand
@@ -102,135 +101,12 @@ REPORTED_LIMIT = 1024
 GIVEN_UP_LIMIT = 1024
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerConfig:
-    subscription_name: str
-    consumer_type: int = SubType.Exclusive
-    initial_position: int = pb.CommandSubscribe.Latest
-    receiver_queue_size: int = 1000
-    consumer_name: str | None = None
-    unacked_messages_timeout_ms: int | None = None
-    negative_ack_redelivery_delay_ms: int = 60_000
-    batch_index_ack_enabled: bool = True
-    is_read_compacted: bool = False
-    durable: bool = True
-    start_message_id: MessageId | None = None
-    start_message_id_inclusive: bool = False
-    priority_level: int = 0
-    ack_group_time_ms: int = 100
-    max_pending_chunked_message: int = 10
-    expire_time_of_incomplete_chunked_message_ms: int = 60_000
-    #: acknowledge (instead of redeliver) a chunked message evicted to make room for another
-    auto_ack_oldest_chunked_message_on_queue_full: bool = False
-    #: decompression limit; None: the broker's max_message_size from CONNECTED
-    max_message_size: int | None = None
-    dead_letter_policy: DeadLetterPolicy | None = None
-    key_shared_policy: KeySharedPolicy | None = None
-    force_topic_creation: bool = True  # False: a missing topic is TopicNotFound, not created
-
-
-@dataclass(frozen=True, slots=True)
-class KeySharedPolicy:
-    """Key_Shared options: ``sticky_ranges`` (inclusive slots of 0..65535) pin keys to this consumer;
-    without them the broker splits the hash range between consumers (auto-split)."""
-
-    sticky_ranges: tuple[tuple[int, int], ...] = ()
-    allow_out_of_order_delivery: bool = False
-
-    def __post_init__(self) -> None:
-        for start, end in self.sticky_ranges:
-            if not 0 <= start <= end < 65536:
-                raise InvalidConfigurationError(f"hash range [{start}, {end}] is outside 0..65535")
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterPolicy:
-    """After ``max_redeliver_count`` redeliveries a message goes to ``dead_letter_topic``
-    (default ``<topic>-<subscription>-DLQ``) and is acknowledged once that topic stored it."""
-
-    max_redeliver_count: int
-    dead_letter_topic: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_redeliver_count < 1:
-            raise InvalidConfigurationError("max_redeliver_count must be at least 1")
-
-
-class MessageQueue:
-    """The receive queue: bounded by the consumers' permits, shared by the partitions of one consumer.
-
-    Filled on the event loop; emptied from the loop (async API) or from the caller's thread (blocking
-    API), so the item deque is guarded by a lock and both an asyncio event and a thread condition
-    are told about changes.
-    """
-
-    def __init__(self) -> None:
-        self._items: deque[tuple[PartitionConsumer, Message]] = deque()
-        self._lock = threading.Lock()
-        self._changed = asyncio.Event()
-        self.ready = threading.Condition()
-        self.errors: deque[BaseException] = deque()
-        #: topic -> its PartitionConsumer, from the moment it exists (before the Consumer adds it)
-        self.owners: dict[str, PartitionConsumer] = {}
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def _notify(self) -> None:
-        self._changed.set()
-        with self.ready:
-            self.ready.notify_all()
-
-    def put(self, owner: PartitionConsumer, message: Message) -> None:
-        with self._lock:
-            self._items.append((owner, message))
-        self._notify()
-
-    def put_error(self, error: BaseException) -> None:
-        self.errors.append(error)
-        self._notify()
-
-    def wake(self) -> None:
-        self._notify()
-
-    def holds(self, owner: PartitionConsumer) -> bool:
-        with self._lock:
-            return any(o is owner for o, _m in self._items)
-
-    def entries_of(self, owner: PartitionConsumer) -> list[tuple[int, int]]:
-        with self._lock:
-            return [(m.message_id().ledger_id, m.message_id().entry_id) for o, m in self._items if o is owner]
-
-    def drop(self, owner: PartitionConsumer) -> int:
-        """Remove every message of ``owner`` (reconnect, seek); returns how many."""
-        with self._lock:
-            kept = [item for item in self._items if item[0] is not owner]
-            dropped = len(self._items) - len(kept)
-            self._items.clear()
-            self._items.extend(kept)
-        return dropped
-
-    def take(self) -> tuple[PartitionConsumer, Message] | None:
-        with self._lock:
-            if self._items:
-                return self._items.popleft()
-        self._changed.clear()
-        return None
-
-    async def wait(self, timeout: float | None) -> bool:
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
-            return True
-        except TimeoutError:
-            return False
-
-
 class PartitionConsumer(Handler):
     KIND = "consumer"
     BUSY = ConsumerBusy
 
     def __init__(
-        self, client: AsyncClient, topic: str, partition: int, config: ConsumerConfig, queue: MessageQueue
+        self, client: ClientContext, topic: str, partition: int, config: ConsumerConfig, queue: MessageQueue
     ) -> None:
         self.client = client
         self.topic = topic
@@ -243,26 +119,24 @@ class PartitionConsumer(Handler):
         self.connection: Connection | None = None
         self.creating: Creation | None = None  # the SUBSCRIBE in flight
         self._last_in_broker: MessageId | None = None  # from the last GET_LAST_MESSAGE_ID
-        # Flow control books of the current subscription (see _within_permits).
-        self._granted = 0  # FLOW permits sent, plus what redelivery requests may restore
-        self._entries = 0  # entries the broker sent
-        self._received = 0  # messages in those entries
+        #: flow control books of the current subscription
+        self.permits = PermitBooks(config.receiver_queue_size)
         self.consumer_name = config.consumer_name
         self.end_of_topic = False
         self.active = True
-        self._consumed = 0  # permits to give back
         self._start = config.start_message_id
         self._start_inclusive = config.start_message_id_inclusive
         self.last_dequeued: MessageId | None = None
-        self._batches: dict[tuple[int, int], set[int]] = {}  # acked indexes of partly acked batches
-        self._batch_sizes: dict[tuple[int, int], int] = {}
-        self._thread_acks: deque[tuple[str, MessageId]] = deque()
-        self._dlq: Any = None  # the dead-letter producer, created on first use
+        self._dlq: DeadLetterProducer | None = None  # created on first use
         self._dlq_candidates: dict[tuple[int, int, int], Message] = {}
-        self._pending_acks: dict[tuple[int, int], list[int] | None] = {}
-        self._pending_cumulative: tuple[MessageId, list[int] | None] | None = None
-        self._ack_timer: asyncio.TimerHandle | None = None
-        self._nacks: dict[tuple[int, int], float] = {}
+        #: acks waiting to be sent
+        self.acks = AckGroup(
+            batch_index_ack_enabled=config.batch_index_ack_enabled,
+            group_time_ms=config.ack_group_time_ms,
+            flush=self.flush_acks,
+        )
+        #: negative acks and the ack timeout
+        self.redelivery = RedeliveryTimers()
         self._chunk_ids: dict[tuple[int, int], tuple[MessageId, ...]] = {}  # last chunk -> all its chunks
         self._seeking = False  # a SEEK is in flight: what arrives is from before it
         #: after a seek by publish time, until a message at or after it arrives: entries published
@@ -271,7 +145,6 @@ class PartitionConsumer(Handler):
         self._seek_time: int | None = None
         self._seek_filter = False  # dropping entries before _seek_time until one at/after it came
         self._seeks = 0  # seeks so far (acks from before a seek are not sent again after it)
-        self._unacked: dict[tuple[int, int], float] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._reconnecting: asyncio.Task[None] | None = None
         self._chunks: ChunkReassembler[MessageId] = ChunkReassembler(
@@ -336,9 +209,8 @@ class PartitionConsumer(Handler):
         self.connection = conn
         # Anything still queued from before is redelivered by the broker (or re-read by a reader).
         self.queue.drop(self)
-        # _batches survives: acks of batch indexes made before the reconnect stay valid.
-        self._consumed = 0
-        self._granted = self._entries = self._received = 0  # a new subscription: new books
+        # acks.batches survives: acks of batch indexes made before the reconnect stay valid.
+        self.permits.restart()  # a new subscription: new books
         self._set(HandlerState.READY)
         self.flush_acks()  # acks made while disconnected go first, or the broker would redeliver those
         self._flow(cfg.receiver_queue_size)
@@ -351,14 +223,11 @@ class PartitionConsumer(Handler):
         f.messagePermits = permits
         with contextlib.suppress(PulsarWireError):  # a reconnect grants the whole queue again
             self.connection.send(cmd)
-            self._granted += permits
+            self.permits.granting(permits)
 
     def consumed(self, count: int = 1) -> None:
         """``count`` messages left the queue (or were skipped): give permits back in halves."""
-        self._consumed += count
-        if self._consumed >= max(self.config.receiver_queue_size // 2, 1):
-            permits, self._consumed = self._consumed, 0
-            self._flow(permits)
+        self._flow(self.permits.consume(count))
 
     # -- reconnect (Handler) ----------------------------------------------------------
     def _registry(self, connection: Connection) -> dict[int, Any]:
@@ -381,32 +250,19 @@ class PartitionConsumer(Handler):
 
     # -- events from the connection ------------------------------------------------
     def _within_permits(self, declared: int) -> bool:
-        """Count one entry that declares ``declared`` messages; False when the broker had no permit for it.
-
-        A broker sends an entry only while it holds permits, and takes as many permits as the
-        entry has messages: even when it sends several batches on the strength of a few
-        permits, it never sends more *entries* than it was granted permits in all. It may give
-        permits back for messages we asked to be redelivered, at most one per message it sent
-        us, so a redelivery request widens the books by that much. An entry whose count is
-        below 1 (corrupt) may have cost the broker nothing, or even given it permits (Pulsar's
-        dispatcher takes the count as it is): it widens the books by ``1 - declared``, at most
-        a receiver queue, so a poison entry never makes an honest broker look like a flood.
-        An entry beyond the books is a broker flooding us: the connection is closed with
-        FlowControlError (nothing of the entry is queued or acknowledged; the resubscribe gets
-        it again), so the receive queue stays bounded by the permits granted.
+        """Count one entry that declares ``declared`` messages (:meth:`PermitBooks.entry`); False when
+        the broker had no permit for it. Such a broker is flooding us: the connection is closed with
+        FlowControlError (nothing of the entry is queued or acknowledged; the resubscribe gets it
+        again), so the receive queue stays bounded by the permits granted.
         """
-        self._entries += 1
-        self._received += max(declared, 1)
-        if declared < 1:
-            self._granted += min(1 - declared, max(self.config.receiver_queue_size, 1))
-        if self._entries <= self._granted:
+        if self.permits.entry(declared):
             return True
         conn = self.connection
         if conn is not None:
             conn.abort(
                 FlowControlError(
-                    f"consumer on {self.topic}: the broker sent entry {self._entries} with only "
-                    f"{self._granted} permits granted"
+                    f"consumer on {self.topic}: the broker sent entry {self.permits.entries} with only "
+                    f"{self.permits.granted} permits granted"
                 )
             )
         return False
@@ -490,15 +346,8 @@ class PartitionConsumer(Handler):
         try:
             messages = open_entry(md, ev.payload.payload, self._max_uncompressed())
             keep = set(unacked_indexes(ev.ack_set, len(messages))) if ev.ack_set else None
-            key = (base.ledger_id, base.entry_id)
-            if key in self._pending_acks:  # acked, the ack not sent yet: those are no news
-                acked = self._pending_acks[key]
-                if acked is None:
-                    mine: set[int] = set()
-                elif acked:
-                    mine = set(unacked_indexes(acked, len(messages)))
-                else:  # a partly acked batch, its ack_set made at the flush
-                    mine = set(range(len(messages))) - self._batches.get(key, set())
+            mine = self.acks.still_unacked((base.ledger_id, base.entry_id), len(messages))
+            if mine is not None:  # acked, the ack not sent yet: those are no news
                 keep = mine if keep is None else keep & mine
         except PulsarWireError as exc:
             self._corrupt(entry_id, exc, self._permits_of(md), ev.payload.entry)
@@ -581,11 +430,11 @@ class PartitionConsumer(Handler):
         must not make the broker and us pass it back and forth without pause)."""
         if ack:
             for key in entries:
-                self._queue_ack(key, None)
+                self.acks.add(key, None)
             return
         due = time.monotonic() + self.config.negative_ack_redelivery_delay_ms / 1000
         for key in entries:
-            self._nacks[key] = due
+            self.redelivery.nack(key, due)
 
     def _deliver_entry(
         self,
@@ -654,7 +503,7 @@ class PartitionConsumer(Handler):
         self.consumed(1)
         timeout = self.config.unacked_messages_timeout_ms
         if timeout:
-            self._unacked[_entry(msg.message_id())] = time.monotonic() + timeout / 1000
+            self.redelivery.handed_out(_entry(msg.message_id()), time.monotonic() + timeout / 1000)
 
     # -- acknowledgements ------------------------------------------------------------
     def _ack_ready(self) -> None:
@@ -666,68 +515,32 @@ class PartitionConsumer(Handler):
         key = _entry(mid)
         self._dlq_candidates.pop(_key(mid), None)
         for chunk in self._chunk_ids.pop(key, ()):  # a chunked message: ack every chunk's entry
-            self._queue_ack(_entry(chunk), None)
-        if mid.batch_index >= 0 and mid.batch_size > 0:
-            acked = self._batches.setdefault(key, set())
-            acked.add(mid.batch_index)
-            if len(acked) < mid.batch_size:
-                if self.config.batch_index_ack_enabled:
-                    self._batch_sizes[key] = mid.batch_size
-                    self._queue_ack(key, [])  # the ack_set is computed once, when acks are flushed
-                return
-            del self._batches[key]
-            self._batch_sizes.pop(key, None)
-        self._nacks.pop(key, None)  # not before: a nacked message of a batch is still to redeliver
-        self._unacked.pop(key, None)
-        self._queue_ack(key, None)
+            self.acks.add(_entry(chunk), None)
+        if not self.acks.entry_done(mid):
+            return
+        self.redelivery.acked(key)  # not before: a nacked message of a batch is still to redeliver
+        self.acks.add(key, None)
 
     def acknowledge_cumulative(self, mid: MessageId) -> None:
         self._ack_ready()
-        if self.config.consumer_type in (SubType.Shared, SubType.Key_Shared):
-            raise InvalidConfigurationError("cumulative acknowledgement is not allowed on Shared/Key_Shared")
-        ack_set = None
-        target = mid
-        if mid.batch_index >= 0 and mid.batch_size > 0 and mid.batch_index < mid.batch_size - 1:
-            if self.config.batch_index_ack_enabled:
-                ack_set = ack_set_for(mid.batch_size, range(mid.batch_index + 1, mid.batch_size))
-            else:  # the batch is not complete: everything before its entry is
-                target = MessageId(mid.ledger_id, mid.entry_id - 1, mid.partition)
-        for key in [k for k in self._unacked if k <= _entry(mid)]:
-            del self._unacked[key]
+        refuse_cumulative(self.config.consumer_type)
+        self.redelivery.acked_up_to(_entry(mid))
         for key in [k for k in self._chunk_ids if k <= _entry(mid)]:
             del self._chunk_ids[key]
-        current = self._pending_cumulative
-        if current is None or _key(target) >= _key(current[0]):
-            self._pending_cumulative = (target, ack_set)
-        self._schedule_ack_flush()
+        self.acks.cumulative(mid)
 
-    def _queue_ack(self, key: tuple[int, int], ack_set: list[int] | None) -> None:
-        self._pending_acks[key] = ack_set
-        if len(self._pending_acks) >= 1000:
-            self.flush_acks()
-        else:
-            self._schedule_ack_flush()
-
-    def _schedule_ack_flush(self) -> None:
-        if self._ack_timer is None:
-            delay = self.config.ack_group_time_ms / 1000
-            if delay <= 0:
-                self.flush_acks()
-                return
-            self._ack_timer = asyncio.get_running_loop().call_later(delay, self.flush_acks)
-
-    def ack_from_thread(self, kind: str, mid: MessageId) -> None:
+    def ack_from_thread(self, kind: AckKind, mid: MessageId) -> None:
         """Record an ack made on another thread (blocking API); it is applied at the next flush or
         resubscribe, so a reconnect can never overtake it."""
-        self._thread_acks.append((kind, mid))
+        self.acks.from_thread(kind, mid)
 
     def flush_acks_soon(self) -> None:
         """Apply acks from other threads now and send them with the next grouped flush."""
         self._apply_thread_acks()
 
     def _apply_thread_acks(self) -> None:
-        while self._thread_acks:
-            kind, mid = self._thread_acks.popleft()
+        while (made := self.acks.next_from_thread()) is not None:
+            kind, mid = made
             try:
                 if kind == "cumulative":
                     self.acknowledge_cumulative(mid)
@@ -740,39 +553,19 @@ class PartitionConsumer(Handler):
 
     def flush_acks(self) -> None:
         self._apply_thread_acks()
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
-            self._ack_timer = None
+        self.acks.cancel_timer()
         conn = self.connection
         if conn is None or conn.is_closed:
             return  # the broker redelivers what was not acked; acks are retried at the next flush
         try:
-            if self._pending_acks:
-                cmd, a = new_command(T.ACK)
-                a.consumer_id = self.consumer_id
-                a.ack_type = pb.CommandAck.Individual
-                for (ledger, entry), ack_set in self._pending_acks.items():
-                    if ack_set is not None and not ack_set:  # a partly acked batch: its set, once
-                        acked = self._batches.get((ledger, entry), set())
-                        size = self._batch_sizes.get((ledger, entry), 0)
-                        if not size:
-                            continue  # nothing known about this batch any more: never ack it whole
-                        ack_set = ack_set_for(size, [i for i in range(size) if i not in acked])
-                    m = a.message_id.add(ledgerId=ledger, entryId=entry)
-                    if ack_set:
-                        m.ack_set.extend(ack_set)
-                self._send_acks(conn, cmd, self._pending_acks, None)
-                self._pending_acks = {}
-            if self._pending_cumulative is not None:
-                target, ack_set = self._pending_cumulative
-                cmd, a = new_command(T.ACK)
-                a.consumer_id = self.consumer_id
-                a.ack_type = pb.CommandAck.Cumulative
-                m = a.message_id.add(ledgerId=target.ledger_id % 2**64, entryId=target.entry_id % 2**64)
-                if ack_set:
-                    m.ack_set.extend(ack_set)
-                self._send_acks(conn, cmd, {}, self._pending_cumulative)
-                self._pending_cumulative = None
+            acks = self.acks
+            if acks.pending:
+                self._send_acks(conn, acks.individual_command(self.consumer_id), acks.pending, None)
+                acks.pending = {}
+            if acks.pending_cumulative is not None:
+                cumulative = acks.pending_cumulative
+                self._send_acks(conn, acks.cumulative_command(self.consumer_id, cumulative), {}, cumulative)
+                acks.pending_cumulative = None
         except PulsarWireError as exc:
             log.info("consumer on %s: acks kept for the next flush: %s", self.topic, exc)
 
@@ -804,21 +597,17 @@ class PartitionConsumer(Handler):
                     return
             if seeks != self._seeks or self.state in (HandlerState.CLOSING, HandlerState.CLOSED):
                 return  # a seek reset the cursor since, or nobody is left to ack for
-            for key, ack_set in acks.items():
-                if key in self._pending_acks:
-                    ack_set = _merge_ack_sets(self._pending_acks[key], ack_set)
-                self._pending_acks[key] = ack_set
-            current = self._pending_cumulative
-            if cumulative is not None and (current is None or _key(cumulative[0]) > _key(current[0])):
-                self._pending_cumulative = cumulative
+            self.acks.requeue(acks, cumulative)
             if self._in(HandlerState.READY):
-                self._schedule_ack_flush()
+                self.acks.schedule()
 
         receipt.add_done_callback(done)
 
     def negative_acknowledge(self, mid: MessageId) -> None:
         self._ack_ready()
-        self._nacks[_entry(mid)] = time.monotonic() + self.config.negative_ack_redelivery_delay_ms / 1000
+        self.redelivery.nack(
+            _entry(mid), time.monotonic() + self.config.negative_ack_redelivery_delay_ms / 1000
+        )
 
     def _redeliver(self, keys: list[tuple[int, int]] | None) -> None:
         conn = self.connection
@@ -834,34 +623,32 @@ class PartitionConsumer(Handler):
         except PulsarWireError as exc:
             log.info("consumer on %s: redelivery request lost with the connection: %s", self.topic, exc)
             return
-        self._granted += self._received  # permits the broker may give back (see _within_permits)
+        self.permits.redelivery_requested()
 
     def redeliver_unacknowledged_messages(self) -> None:
         """Ask the broker to send every unacknowledged message again."""
         self._ack_ready()
         if self.config.consumer_type in (SubType.Shared, SubType.Key_Shared):
-            keys = sorted(set(self._unacked) | set(self.queue.entries_of(self)))
+            keys = sorted(set(self.redelivery.unacked) | set(self.queue.entries_of(self)))
             self.queue.drop(self)
             self._redeliver(keys)
         else:
             dropped = self.queue.drop(self)
-            self._consumed += dropped
+            self.permits.consumed += dropped
             self._redeliver(None)
-        self._unacked.clear()
+        self.redelivery.unacked.clear()
 
     async def _timers(self) -> None:
         """Negative-ack delays and the ack timeout."""
         while self.state not in (HandlerState.CLOSED, HandlerState.FAILED):
             await asyncio.sleep(0.05)
             now = time.monotonic()
-            due = [k for k, t in self._nacks.items() if t <= now]
-            due += [k for k, t in self._unacked.items() if t <= now and k not in due]
+            due = self.redelivery.due(now)
             if self._chunks.expire(int(time.time() * 1000)):
                 self._settle_dropped_chunks()
             if due:
                 for k in due:
-                    self._nacks.pop(k, None)
-                    self._unacked.pop(k, None)
+                    self.redelivery.acked(k)
                 policy = self.config.dead_letter_policy
                 doomed = [m for key, m in self._dlq_candidates.items() if key[:2] in due]
                 if policy is not None and doomed:
@@ -905,9 +692,8 @@ class PartitionConsumer(Handler):
             self._seek_time = int(target)
             self._seek_filter = True
         self.flush_acks()
-        self._pending_acks.clear()
-        self._nacks.clear()
-        self._unacked.clear()
+        self.acks.pending.clear()
+        self.redelivery.clear()
         self._reported.clear()  # after a seek a corrupt entry is news again
         self.last_dequeued = None
         self.queue.drop(self)
@@ -1026,136 +812,3 @@ def _declared(md: pb.MessageMetadata) -> int:
 
 def _key(mid: MessageId) -> tuple[int, int, int]:
     return (mid.ledger_id, mid.entry_id, mid.batch_index)
-
-
-def _merge_ack_sets(a: list[int] | None, b: list[int] | None) -> list[int] | None:
-    """Two acks of one entry: an index is acked if either acks it (bit set = unacked; None = all acked)."""
-    if a is None or b is None:
-        return None
-    return [x & y for x, y in zip(a, b, strict=False)]
-
-
-class Consumer:
-    """One consumer over one or more topic-partitions, sharing one receive queue."""
-
-    def __init__(self, topics: list[str], parts: list[PartitionConsumer], queue: MessageQueue) -> None:
-        self.topics = topics
-        self.parts = parts
-        self.queue = queue
-        self._by_topic = {p.topic: p for p in parts}
-        self.closed = False
-        self.discovery: asyncio.Task[None] | None = None
-
-    def add(self, topic: str, parts: list[PartitionConsumer]) -> None:
-        self.topics.append(topic)
-        self.parts.extend(parts)
-        self._by_topic.update({p.topic: p for p in parts})
-
-    def _owner(self, mid: MessageId, topic: str | None) -> PartitionConsumer:
-        if topic is not None:  # also a topic still being added (regex discovery)
-            owner = self._by_topic.get(topic) or self.queue.owners.get(topic)
-            if owner is not None:
-                return owner
-        if len(self.parts) == 1:
-            return self.parts[0]
-        for p in self.parts:
-            if p.partition == mid.partition and mid.partition >= 0:
-                return p
-        raise InvalidConfigurationError(f"cannot tell which topic message {mid} belongs to: pass the Message")
-
-    async def receive(self, timeout: float | None = None) -> Message:
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            if self.closed:
-                raise AlreadyClosedError("consumer is closed")
-            if self.queue.errors:
-                raise self.queue.errors.popleft()
-            item = self.queue.take()
-            if item is not None:
-                owner, msg = item
-                owner.dequeued(msg)
-                return msg
-            if all(p.end_of_topic for p in self.parts):
-                raise ReachedEndOfTopicError(f"end of topic {', '.join(self.topics)}")
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                raise OperationTimeoutError(f"no message within {timeout} s")
-            await self.queue.wait(remaining)
-
-    async def batch_receive(
-        self, max_messages: int = 100, max_bytes: int = 10 * 1024 * 1024, timeout: float = 0.1
-    ) -> list[Message]:
-        """Up to ``max_messages`` / ``max_bytes``, waiting at most ``timeout`` once the first arrived."""
-        out: list[Message] = []
-        size = 0
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while len(out) < max_messages and size < max_bytes:
-            remaining = deadline - loop.time()
-            try:
-                msg = await self.receive(max(remaining, 0) if out or remaining > 0 else 0.0)
-            except OperationTimeoutError:
-                break
-            out.append(msg)
-            size += len(msg.data())
-        return out
-
-    def owner_of(self, target: Message | MessageId) -> tuple[PartitionConsumer, MessageId]:
-        mid, topic = _target(target)
-        return self._owner(mid, topic), mid
-
-    def acknowledge(self, target: Message | MessageId) -> None:
-        mid, topic = _target(target)
-        self._owner(mid, topic).acknowledge(mid)
-
-    def acknowledge_cumulative(self, target: Message | MessageId) -> None:
-        mid, topic = _target(target)
-        self._owner(mid, topic).acknowledge_cumulative(mid)
-
-    def negative_acknowledge(self, target: Message | MessageId) -> None:
-        mid, topic = _target(target)
-        self._owner(mid, topic).negative_acknowledge(mid)
-
-    def redeliver_unacknowledged_messages(self) -> None:
-        for p in self.parts:
-            p.redeliver_unacknowledged_messages()
-
-    async def seek(self, target: MessageId | int) -> None:
-        if isinstance(target, MessageId) and len(self.parts) > 1:
-            await self._owner(target, None).seek(target)
-            return
-        await asyncio.gather(*(p.seek(target) for p in self.parts))
-
-    async def get_last_message_id(self) -> MessageId:
-        if len(self.parts) != 1:
-            raise InvalidConfigurationError("get_last_message_id needs a single topic-partition")
-        return await self.parts[0].get_last_message_id()
-
-    async def backlog(self) -> dict[str, int]:
-        """topic-partition → messages not yet acknowledged on this subscription (broker's count)."""
-        counts = await asyncio.gather(*(p.backlog() for p in self.parts))
-        return {p.topic: n for p, n in zip(self.parts, counts, strict=True)}
-
-    async def has_message_available(self) -> bool:
-        if any(p.message_known_available() for p in self.parts):  # no round trip to every partition
-            return True
-        results = await asyncio.gather(*(p.has_message_available() for p in self.parts))
-        return any(results)
-
-    async def unsubscribe(self) -> None:
-        await asyncio.gather(*(p.unsubscribe() for p in self.parts))
-        self.closed = True
-
-    async def close(self) -> None:
-        if self.discovery is not None:
-            self.discovery.cancel()
-        await asyncio.gather(*(p.close() for p in self.parts), return_exceptions=True)
-        self.closed = True
-        self.queue.wake()
-
-
-def _target(target: Message | MessageId) -> tuple[MessageId, str | None]:
-    if isinstance(target, Message):
-        return target.message_id(), target.topic_name()
-    return target, None

@@ -38,11 +38,15 @@ from pulsarwire.errors import (
 )
 from pulsarwire.io.connection import Connection
 from pulsarwire.io.pool import ConnectionPool, TlsOptions, parse_broker_url
+from pulsarwire.naming import TopicName
 from pulsarwire.proto import pb
 
-from .consumer import Consumer, ConsumerConfig, MessageQueue, PartitionConsumer
+from .consumer import PartitionConsumer
+from .consumer_config import ConsumerConfig
 from .http_lookup import HttpLookup, is_http_url
+from .multi_topic import Consumer
 from .producer import PartitionProducer, Producer, ProducerConfig
+from .receive_queue import MessageQueue
 from .retry import Backoff, Decision, RetryPolicy, decide
 from .routing import HashingScheme, Router, RoutingMode
 from .schema import SchemaInfo
@@ -74,13 +78,6 @@ def parse_service_url(url: str) -> list[str]:
         except InvalidBrokerUrlError as exc:
             raise InvalidConfigurationError(f"service URL {url!r}: {exc}") from None
     return urls
-
-
-def topic_name(topic: str) -> str:
-    if "://" in topic:
-        return topic
-    parts = topic.split("/")
-    return f"persistent://public/default/{topic}" if len(parts) == 1 else f"persistent://{topic}"
 
 
 class AsyncClient:
@@ -162,7 +159,7 @@ class AsyncClient:
 
     async def lookup(self, topic: str) -> str:
         """The broker URL serving ``topic`` (Redirects followed, at most MAX_REDIRECTS hops)."""
-        topic = topic_name(topic)
+        topic = str(TopicName.parse(topic))
 
         async def attempt() -> str:
             if self.http is not None:
@@ -249,7 +246,7 @@ class AsyncClient:
         (``metadata_auto_creation_enabled``); a broker that knows the flag answers
         TopicNotFound for it, others may answer 0.
         """
-        topic = topic_name(topic)
+        topic = str(TopicName.parse(topic))
 
         async def attempt() -> int:
             if self.http is not None:
@@ -270,9 +267,9 @@ class AsyncClient:
         return int(await self._with_retries(f"partitioned metadata of {topic}", attempt))
 
     async def get_topic_partitions(self, topic: str, *, create: bool = True) -> list[str]:
-        topic = topic_name(topic)
-        n = await self.get_partitioned_metadata(topic, create=create)
-        return [f"{topic}-partition-{i}" for i in range(n)] if n else [topic]
+        name = TopicName.parse(topic)
+        n = await self.get_partitioned_metadata(str(name), create=create)
+        return [str(p) for p in name.partitions(n)]
 
     async def get_schema(self, topic: str, version: bytes | None = None) -> SchemaInfo | None:
         """The schema of ``topic`` (the latest, or ``version``) by GET_SCHEMA; None when it has none.
@@ -280,7 +277,7 @@ class AsyncClient:
         Pulsar keeps one schema per partitioned topic, so a partition answers with its parent's.
         Raises the ServerError subclass of any other error the broker answers.
         """
-        topic = topic_name(topic)
+        topic = str(TopicName.parse(topic))
 
         async def attempt() -> SchemaInfo | None:
             conn = await self.connection_for(topic)
@@ -315,12 +312,12 @@ class AsyncClient:
     ) -> Producer:
         if self._closed:
             raise AlreadyClosedError("client is closed")
-        topic = topic_name(topic)
+        topic = str(TopicName.parse(topic))
         cfg = ProducerConfig(**config)
         if cfg.batching_enabled and cfg.chunking_enabled:
             raise ClientError("batching and chunking cannot be enabled together")
         n = await self.get_partitioned_metadata(topic)
-        names = [f"{topic}-partition-{i}" for i in range(n)] if n else [topic]
+        names = [str(p) for p in TopicName.parse(topic).partitions(n)]
         parts = [PartitionProducer(self, name, i if n else -1, cfg) for i, name in enumerate(names)]
         try:
             await asyncio.gather(
@@ -367,7 +364,7 @@ class AsyncClient:
 
     async def _add_topic(self, consumer: Consumer, topic: str, config: ConsumerConfig) -> None:
         n = await self.get_partitioned_metadata(topic, create=config.force_topic_creation)
-        names = [f"{topic}-partition-{i}" for i in range(n)] if n else [topic]
+        names = [str(p) for p in TopicName.parse(topic).partitions(n)]
         parts = [
             PartitionConsumer(self, name, i if n else -1, config, consumer.queue)
             for i, name in enumerate(names)
@@ -393,11 +390,11 @@ class AsyncClient:
         consumer = Consumer([], [], MessageQueue())
         if isinstance(topic, re.Pattern):
             pattern = topic.pattern
-            namespace = "/".join(topic_name(pattern.split("://", 1)[-1]).split("://", 1)[1].split("/")[:2])
+            namespace = TopicName.parse(pattern).namespace_name
             topics = await self.topics_of_namespace(namespace, pattern)
             parents = sorted({_parent(t) for t in topics})
         else:
-            parents = [topic_name(t) for t in ([topic] if isinstance(topic, str) else topic)]
+            parents = [str(TopicName.parse(t)) for t in ([topic] if isinstance(topic, str) else topic)]
         try:
             for t in parents:
                 await self._add_topic(consumer, t, cfg)
@@ -516,5 +513,4 @@ class _TopicListWatcher:
 
 def _parent(topic: str) -> str:
     """The partitioned topic a partition belongs to (the name itself otherwise)."""
-    head, sep, tail = topic.rpartition("-partition-")
-    return head if sep and tail.isdigit() else topic
+    return str(TopicName.parse(topic).partitioned_topic)

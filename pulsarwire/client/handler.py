@@ -36,7 +36,7 @@ from .retry import Backoff, Decision, decide
 if TYPE_CHECKING:
     from pulsarwire.io.connection import Connection
 
-    from .core import AsyncClient
+    from .context import ClientContext
 
 log = logging.getLogger("pulsarwire.client")
 
@@ -50,7 +50,7 @@ class Handler:
     #: the broker's answer when it still holds an earlier incarnation of this handler
     BUSY: ClassVar[type[ServerError]]
 
-    client: AsyncClient
+    client: ClientContext
     topic: str
     state: HandlerState
     connection: Connection | None

@@ -29,6 +29,7 @@ from urllib.parse import quote, urljoin, urlsplit
 
 from pulsarwire.errors import PulsarWireError, server_error
 from pulsarwire.io.connection import credentials
+from pulsarwire.naming import TopicName
 from pulsarwire.proto import pb
 
 E = pb.ServerError
@@ -61,12 +62,14 @@ class HttpLookup:
 
     async def partitions(self, topic: str) -> int:
         """Partitions of ``topic`` (0: not partitioned), creating it where the broker auto-creates."""
-        body = await self.get_json(f"/admin/v2/{_topic_path(topic)}/partitions?checkAllowAutoCreation=true")
+        body = await self.get_json(
+            f"/admin/v2/{TopicName.parse(topic).rest_path}/partitions?checkAllowAutoCreation=true"
+        )
         return int(body.get("partitions", 0)) if isinstance(body, dict) else 0
 
     async def lookup(self, topic: str) -> str:
         """The binary-protocol URL of the broker serving ``topic`` (pulsar+ssl:// for an https service)."""
-        body = await self.get_json(f"/lookup/v2/topic/{_topic_path(topic)}")
+        body = await self.get_json(f"/lookup/v2/topic/{TopicName.parse(topic).rest_path}")
         if not isinstance(body, dict):
             raise server_error(E.MetadataError, f"lookup of {topic}: unexpected answer {body!r:.200}")
         url = body.get("brokerUrlTls") if self.use_tls else None
@@ -145,13 +148,6 @@ class HttpLookup:
         if self.auth.method == "basic":
             return {"Authorization": "Basic " + base64.b64encode(await credentials(self.auth)).decode()}
         raise PulsarWireError(f"authentication method {self.auth.method!r} is not supported over HTTP lookup")
-
-
-def _topic_path(topic: str) -> str:
-    """``persistent://t/ns/x`` → ``persistent/t/ns/x`` (the local name percent-encoded)."""
-    domain, _, rest = topic.partition("://")
-    tenant, namespace, local = rest.split("/", 2)
-    return f"{domain}/{quote(tenant)}/{quote(namespace)}/{quote(local, safe='')}"
 
 
 def _reason(body: bytes) -> str:

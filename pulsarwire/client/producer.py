@@ -60,7 +60,7 @@ from .retry import Decision, decide
 if TYPE_CHECKING:
     from pulsarwire.io.connection import Connection
 
-    from .core import AsyncClient
+    from .context import ClientContext
 
 log = logging.getLogger("pulsarwire.producer")
 #: room kept in a batch for its metadata and per-message headers
@@ -141,7 +141,7 @@ class PartitionProducer(Handler):
     KIND = "producer"
     BUSY = ProducerBusy
 
-    def __init__(self, client: AsyncClient, topic: str, partition: int, config: ProducerConfig) -> None:
+    def __init__(self, client: ClientContext, topic: str, partition: int, config: ProducerConfig) -> None:
         self.client = client
         self.topic = topic
         self.partition = partition

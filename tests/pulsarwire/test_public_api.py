@@ -361,6 +361,13 @@ def test_the_typed_user_program_runs(pulsar_broker: Broker) -> None:
         "caught up: True",
     ]
     assert user_code.credentials().auth_data() == b"my-jwt"
+    assert user_code.topic_names("orders") == [
+        "persistent://public/default/orders",
+        "public/default",
+        "persistent://public/default/orders-partition-0",
+        "persistent://public/default/orders",
+        "0",
+    ]
 
 
 def test_import_is_light() -> None:

@@ -87,3 +87,16 @@ async def produce_and_consume_async(service_url: str, topic: str) -> list[str]:
 def credentials() -> pulsarwire.AuthenticationToken:
     """Authentication is constructed as with the official client."""
     return pulsarwire.AuthenticationToken("token:my-jwt")
+
+
+def topic_names(topic: str) -> list[str]:
+    """Topic names as a user meets them: the full name of a short one, its namespace, a partition."""
+    name = pulsarwire.TopicName.parse(topic)
+    first: pulsarwire.TopicName = name.partition(0)
+    return [
+        str(name),
+        name.namespace_name,
+        str(first),
+        str(first.partitioned_topic),
+        str(first.partition_index),
+    ]

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
 from pulsarwire.client.bulk import _ColumnReader
-from pulsarwire.client.consumer import ConsumerConfig, PartitionConsumer
+from pulsarwire.client.consumer import PartitionConsumer
+from pulsarwire.client.consumer_config import ConsumerConfig
 from pulsarwire.client.message import Message
 from pulsarwire.codec import MessageId, compress, encode_batch
 from pulsarwire.codec.batch import U32
@@ -247,10 +248,10 @@ def assert_same_reads(a: _ColumnReader, b: _ColumnReader) -> None:
     assert a.rows.count == b.rows.count
     if a.rows.count:
         assert a.rows.to_batch(TOPIC, 3).equals(b.rows.to_batch(TOPIC, 3))
-    assert (a.finished, a.last_dequeued, a._consumed, a.first_entry) == (
+    assert (a.finished, a.last_dequeued, a.permits.consumed, a.first_entry) == (
         b.finished,
         b.last_dequeued,
-        b._consumed,
+        b.permits.consumed,
         b.first_entry,
     )
     assert [str(e) for e in a.queue.errors] == [str(e) for e in b.queue.errors]
@@ -289,7 +290,7 @@ def test_a_corrupt_batch_is_reported_and_its_permits_returned() -> None:
     entries = [(good, raw, 10), (bad, raw, 11), (good, raw, 10)]
     columns, messages = read_both(entries, MessageId(7, 5, -1, -1))
     assert_same_reads(columns, messages)
-    assert columns.rows.count == 20 and columns._consumed == 11
+    assert columns.rows.count == 20 and columns.permits.consumed == 11
     (error,) = columns.queue.errors
     assert isinstance(error, CorruptMessageError)
     assert (error.message_id.ledger_id, error.message_id.entry_id) == (7, 1)

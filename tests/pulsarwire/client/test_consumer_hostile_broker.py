@@ -316,7 +316,7 @@ def test_a_flood_of_evictions_keeps_the_record_bounded(fake: ScriptedBroker, pw:
     part = consumer._core.parts[0]
     assert part._chunks.dropped == [] and part._chunks.dropped_overflow == 0
     assert part._chunks.pending == 2
-    assert set(part._nacks) == {(f.ledger_id, f.entry_id) for f in firsts[:198]}
+    assert set(part.redelivery.nacks) == {(f.ledger_id, f.entry_id) for f in firsts[:198]}
     assert not fake.frames(T.REDELIVER_UNACKNOWLEDGED_MESSAGES), "redelivered before the nack delay"
 
 

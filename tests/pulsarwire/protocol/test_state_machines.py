@@ -43,9 +43,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from pulsarwire.client.consumer import ConsumerConfig, MessageQueue, PartitionConsumer
+from pulsarwire.client.consumer import PartitionConsumer
+from pulsarwire.client.consumer_config import ConsumerConfig
 from pulsarwire.client.core import AsyncClient
 from pulsarwire.client.producer import PartitionProducer, ProducerConfig
+from pulsarwire.client.receive_queue import MessageQueue
 from pulsarwire.client.retry import RetryPolicy
 from pulsarwire.codec import (
     DEFAULT_MAX_MESSAGE_SIZE,

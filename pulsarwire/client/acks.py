@@ -1,0 +1,199 @@
+"""The acknowledgements of one partition consumer, grouped until they are sent.
+
+:class:`AckGroup` holds what the user acknowledged and the broker has not been told yet:
+individual acks by entry, at most one cumulative ack (the furthest), and the acks made on
+other threads (the blocking API), which wait in a deque until the event loop applies them —
+at the next flush or before a resubscribe, so a reconnect never overtakes an ack. It is
+flushed ``ack_group_time_ms`` after the first ack waiting (at once when that is 0, or when
+1000 entries wait); the consumer turns the group into ACK commands (:meth:`AckGroup.individual_command`,
+:meth:`AckGroup.cumulative_command`) and sends them.
+
+Batch-index acks: acking some messages of a batch entry records their indexes; with
+``batch_index_ack_enabled`` the entry waits with an empty marker and its ``ack_set`` (bit set =
+still unacked) is computed once, when the ACK is built; once every index is acked the entry is
+acked whole. Without it nothing is sent until the batch is complete. A cumulative ack inside a
+batch acks the indexes after it as unacked (``ack_set``), or, without batch-index acks, only the
+entries before its batch.
+
+Acks the broker did not apply (no receipt, see the consumer) come back with :meth:`AckGroup.requeue`,
+merged with any ack of the same entry made since. Cumulative acknowledgement is refused on Shared
+and Key_Shared subscriptions, as in Pulsar: :func:`refuse_cumulative` is that rule, for every API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Literal
+
+from pulsarwire.codec.batch import ack_set_for, unacked_indexes
+from pulsarwire.codec.frames import new_command
+from pulsarwire.codec.message_id import MessageId
+from pulsarwire.errors import InvalidConfigurationError
+from pulsarwire.proto import pb
+
+T = pb.BaseCommand
+SubType = pb.CommandSubscribe.SubType
+#: this many entries waiting are sent without waiting for the group time
+MAX_GROUPED = 1000
+#: how an ack made on another thread is applied
+AckKind = Literal["individual", "cumulative", "negative"]
+#: an entry's (ledger_id, entry_id)
+Entry = tuple[int, int]
+#: a batch's acked indexes as Pulsar's ack_set (bit set = unacked); None: the whole entry
+AckSet = list[int] | None
+
+
+def refuse_cumulative(consumer_type: int) -> None:
+    """Raise InvalidConfigurationError when ``consumer_type`` (Shared, Key_Shared) does not allow
+    cumulative acknowledgement."""
+    if consumer_type in (SubType.Shared, SubType.Key_Shared):
+        raise InvalidConfigurationError("cumulative acknowledgement is not allowed on Shared/Key_Shared")
+
+
+def merge_ack_sets(a: AckSet, b: AckSet) -> AckSet:
+    """Two acks of one entry: an index is acked if either acks it (bit set = unacked; None = all acked)."""
+    if a is None or b is None:
+        return None
+    return [x & y for x, y in zip(a, b, strict=False)]
+
+
+def _order(mid: MessageId) -> tuple[int, int, int]:
+    return (mid.ledger_id, mid.entry_id, mid.batch_index)
+
+
+class AckGroup:
+    """Acks waiting to be sent by one partition consumer; ``flush`` (the consumer's) sends them."""
+
+    def __init__(
+        self, *, batch_index_ack_enabled: bool, group_time_ms: int, flush: Callable[[], None]
+    ) -> None:
+        self.batch_index_ack_enabled = batch_index_ack_enabled
+        self.group_time_ms = group_time_ms
+        self._flush = flush
+        #: entry -> its ack_set; None: the whole entry; []: a partly acked batch (set made when sent)
+        self.pending: dict[Entry, AckSet] = {}
+        #: the furthest cumulative ack waiting, with its ack_set
+        self.pending_cumulative: tuple[MessageId, AckSet] | None = None
+        #: acked indexes of partly acked batches (kept across reconnects: those acks stay valid)
+        self.batches: dict[Entry, set[int]] = {}
+        self.batch_sizes: dict[Entry, int] = {}
+        #: acks made on other threads, applied on the loop in order
+        self.from_threads: deque[tuple[AckKind, MessageId]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- recording -------------------------------------------------------------------
+    def add(self, entry: Entry, ack_set: AckSet) -> None:
+        """Queue an ack of ``entry``; sent within the group time (at once when many wait)."""
+        self.pending[entry] = ack_set
+        if len(self.pending) >= MAX_GROUPED:
+            self._flush()
+        else:
+            self.schedule()
+
+    def entry_done(self, mid: MessageId) -> bool:
+        """Note an individual ack of ``mid``; True when its whole entry is now acknowledged (the
+        caller then queues the entry's ack with :meth:`add`). A message of a batch not yet wholly
+        acked only records its index (and, with batch-index acks, queues the entry's partial ack)."""
+        if mid.batch_index >= 0 and mid.batch_size > 0:
+            entry = (mid.ledger_id, mid.entry_id)
+            acked = self.batches.setdefault(entry, set())
+            acked.add(mid.batch_index)
+            if len(acked) < mid.batch_size:
+                if self.batch_index_ack_enabled:
+                    self.batch_sizes[entry] = mid.batch_size
+                    self.add(entry, [])  # the ack_set is computed once, when acks are flushed
+                return False
+            del self.batches[entry]
+            self.batch_sizes.pop(entry, None)
+        return True
+
+    def cumulative(self, mid: MessageId) -> None:
+        """Queue a cumulative ack up to ``mid`` (kept only when it goes further than the one waiting)."""
+        ack_set = None
+        target = mid
+        if mid.batch_index >= 0 and mid.batch_size > 0 and mid.batch_index < mid.batch_size - 1:
+            if self.batch_index_ack_enabled:
+                ack_set = ack_set_for(mid.batch_size, range(mid.batch_index + 1, mid.batch_size))
+            else:  # the batch is not complete: everything before its entry is
+                target = MessageId(mid.ledger_id, mid.entry_id - 1, mid.partition)
+        current = self.pending_cumulative
+        if current is None or _order(target) >= _order(current[0]):
+            self.pending_cumulative = (target, ack_set)
+        self.schedule()
+
+    def from_thread(self, kind: AckKind, mid: MessageId) -> None:
+        """Record an ack made on another thread; the loop applies it with :meth:`next_from_thread`."""
+        self.from_threads.append((kind, mid))
+
+    def next_from_thread(self) -> tuple[AckKind, MessageId] | None:
+        return self.from_threads.popleft() if self.from_threads else None
+
+    def still_unacked(self, entry: Entry, count: int) -> set[int] | None:
+        """Indexes of the ``count`` messages of ``entry`` that no ack waiting here covers; None when
+        no ack of the entry waits (a redelivery of what was acked, the ack not sent yet, is no news)."""
+        if entry not in self.pending:
+            return None
+        acked = self.pending[entry]
+        if acked is None:
+            return set()
+        if acked:
+            return set(unacked_indexes(acked, count))
+        return set(range(count)) - self.batches.get(entry, set())  # a partly acked batch
+
+    def requeue(self, acks: dict[Entry, AckSet], cumulative: tuple[MessageId, AckSet] | None) -> None:
+        """Acks the broker did not apply wait again, merged with acks of the same entries made since."""
+        for entry, ack_set in acks.items():
+            if entry in self.pending:
+                ack_set = merge_ack_sets(self.pending[entry], ack_set)
+            self.pending[entry] = ack_set
+        current = self.pending_cumulative
+        if cumulative is not None and (current is None or _order(cumulative[0]) > _order(current[0])):
+            self.pending_cumulative = cumulative
+
+    # -- the flush timer ---------------------------------------------------------------
+    def schedule(self) -> None:
+        """Flush after the group time unless a flush is already due (at once for a group time of 0)."""
+        if self._timer is None:
+            delay = self.group_time_ms / 1000
+            if delay <= 0:
+                self._flush()
+                return
+            self._timer = asyncio.get_running_loop().call_later(delay, self._flush)
+
+    def cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- ACK commands ----------------------------------------------------------------------
+    def individual_command(self, consumer_id: int) -> pb.BaseCommand:
+        """An ACK (Individual) of every entry waiting; a partly acked batch gets its ack_set now,
+        and one nothing is known about any more is left out (never acked whole)."""
+        cmd, a = new_command(T.ACK)
+        a.consumer_id = consumer_id
+        a.ack_type = pb.CommandAck.Individual
+        for (ledger, entry), ack_set in self.pending.items():
+            if ack_set is not None and not ack_set:  # a partly acked batch: its set, once
+                acked = self.batches.get((ledger, entry), set())
+                size = self.batch_sizes.get((ledger, entry), 0)
+                if not size:
+                    continue  # nothing known about this batch any more: never ack it whole
+                ack_set = ack_set_for(size, [i for i in range(size) if i not in acked])
+            m = a.message_id.add(ledgerId=ledger, entryId=entry)
+            if ack_set:
+                m.ack_set.extend(ack_set)
+        return cmd
+
+    @staticmethod
+    def cumulative_command(consumer_id: int, cumulative: tuple[MessageId, AckSet]) -> pb.BaseCommand:
+        """An ACK (Cumulative) up to ``cumulative`` (:attr:`pending_cumulative`)."""
+        target, ack_set = cumulative
+        cmd, a = new_command(T.ACK)
+        a.consumer_id = consumer_id
+        a.ack_type = pb.CommandAck.Cumulative
+        m = a.message_id.add(ledgerId=target.ledger_id % 2**64, entryId=target.entry_id % 2**64)
+        if ack_set:
+            m.ack_set.extend(ack_set)
+        return cmd
