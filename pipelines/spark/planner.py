@@ -41,18 +41,25 @@ from pipelines.errors import CorruptMessageError, MissingTopicError, OptionError
 from pipelines.options.grammar import ClientSettings
 from pipelines.state.positions import Offsets, Position, partition_of
 from pipelines.suggest import closest
+from pulsarwire import TopicName
 from pulsarwire.client.blocking import ConsumerType, InitialPosition
-from pulsarwire.client.core import topic_name
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import CorruptMessageError as CorruptEntry
-from pulsarwire.errors import OperationTimeoutError, PulsarWireError, TopicNotFound
+from pulsarwire.errors import InvalidTopicName, OperationTimeoutError, PulsarWireError, TopicNotFound
 
 log = logging.getLogger("pipelines.spark.reader")
 
 
 def full_topic_name(topic: str) -> str:
-    """``x`` → ``persistent://public/default/x``; ``t/n/x`` → ``persistent://t/n/x`` (the client's rule)."""
-    return topic_name(topic.strip())
+    """``x`` → ``persistent://public/default/x``; ``t/n/x`` → ``persistent://t/n/x``.
+
+    :class:`pulsarwire.TopicName`'s rule, on the option's text without surrounding spaces;
+    raises OptionError (naming ``topic``) for a name Pulsar refuses.
+    """
+    try:
+        return str(TopicName.parse(topic.strip()))
+    except InvalidTopicName as exc:
+        raise OptionError("topic", str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,7 @@ class TopicSelector:
 
     def namespace(self) -> str:
         assert self.pattern is not None
-        return "/".join(self.pattern.split("://", 1)[1].split("/")[:2])
+        return TopicName.parse(self.pattern).namespace_name
 
     def resolve(self, client: Any) -> list[str]:
         """Every topic-partition selected now, sorted (without creating any topic).
@@ -106,28 +113,20 @@ class TopicSelector:
         return sorted(found)
 
 
-def _namespace_of(topic: str) -> str:
-    return "/".join(topic.split("://", 1)[-1].split("/")[:2])
-
-
-def _short(topic: str) -> str:
-    return topic.split("://", 1)[-1].split("/", 2)[-1]
-
-
 def missing_topic(client: Any, topic: str) -> MissingTopicError:
     """The error for ``topic`` not existing, with the namespace's closest existing topics.
 
     The namespace is listed (GET_TOPICS_OF_NAMESPACE) for the suggestions only: when the role
     may not list it, the error just names the topic.
     """
-    namespace = _namespace_of(topic)
+    namespace = TopicName.parse(topic).namespace_name
     try:
         names = client.get_topics_of_namespace(namespace)
     except PulsarWireError as exc:
         log.debug("listing %s for suggestions failed: %s", namespace, exc)
         return MissingTopicError(topic, namespace, (), listed=False)
-    parents = sorted({re.sub(r"-partition-\d+$", "", n) for n in names} - {topic})
-    near = closest(_short(topic), (_short(n) for n in parents), n=3, cutoff=0.5)
+    parents = {TopicName.parse(n).partitioned_topic for n in names} - {TopicName.parse(topic)}
+    near = closest(TopicName.parse(topic).local_name, sorted(p.local_name for p in parents), n=3, cutoff=0.5)
     return MissingTopicError(topic, namespace, tuple(near))
 
 

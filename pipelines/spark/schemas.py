@@ -72,7 +72,7 @@ from pyspark.sql.types import (
 from pipelines.errors import OptionError, PipelinesError
 from pipelines.options.grammar import ClientSettings, client_settings
 from pipelines.spark.planner import Planner, TopicSelector
-from pipelines.state.positions import partition_of
+from pulsarwire import TopicName
 
 log = logging.getLogger("pipelines.spark.reader")
 
@@ -809,10 +809,7 @@ _cache_lock = threading.Lock()
 
 
 def _parent(topic_partition: str) -> str:
-
-    if partition_of(topic_partition) < 0:
-        return topic_partition
-    return topic_partition[: topic_partition.rindex("-partition-")]
+    return str(TopicName.parse(topic_partition).partitioned_topic)
 
 
 def resolve_value_schema(settings: ClientSettings, selector: Any) -> ValueSchema | None:

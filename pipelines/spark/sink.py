@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -40,13 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from pulsarwire.client.blocking import CompressionType
-from pulsarwire.client.routing import HashingScheme, partition_for_key
-from pulsarwire.errors import ProducerBusy
-
 from pipelines.errors import OptionError, SinkError, describe
 from pipelines.options.grammar import CLIENT_PREFIX, ClientSettings, client_settings, opt_bool, opt_int
 from pipelines.spark.planner import full_topic_name
+from pulsarwire import TopicName
+from pulsarwire.client.blocking import CompressionType
+from pulsarwire.client.routing import HashingScheme, partition_for_key
+from pulsarwire.errors import ProducerBusy
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -106,7 +105,6 @@ _COMPRESSION = {
     "ZSTD": CompressionType.ZSTD,
     "SNAPPY": CompressionType.SNAPPY,
 }
-_PARTITION_SUFFIX = re.compile(r"-partition-\d+$")
 
 DEDUP_WARNING = (
     "pulsarwire sink: %s does not deduplicate: the broker reports last sequence id %d for producer "
@@ -299,7 +297,7 @@ def sequence_id(batch_id: int, row: int) -> int:
 
 def base_topic(topic: str) -> str:
     """``persistent://t/n/x-partition-3`` → ``persistent://t/n/x``."""
-    return _PARTITION_SUFFIX.sub("", topic)
+    return str(TopicName.parse(topic).partitioned_topic)
 
 
 # -- commit messages ------------------------------------------------------------------

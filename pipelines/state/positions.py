@@ -24,17 +24,16 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from pipelines.errors import OptionError
+from pulsarwire import TopicName
 from pulsarwire.codec.message_id import MessageId
 
 _TEXT = re.compile(r"-?\d+:-?\d+:-?\d+")
-_PARTITION = re.compile(r"^.+-partition-(\d+)$")
 _WHOLE = 1 << 62  # sorts a whole-entry position after every batch index of that entry
 
 
 def partition_of(topic_partition: str) -> int:
     """The partition index in ``...-partition-N`` (-1 for a non-partitioned topic)."""
-    m = _PARTITION.match(topic_partition)
-    return int(m.group(1)) if m else -1
+    return TopicName.parse(topic_partition).partition_index
 
 
 @dataclass(frozen=True, slots=True)
