@@ -83,7 +83,7 @@ from pipelines.jobs.models import Bound, Job
 from pipelines.state.offsets import OffsetStore
 from pipelines.spark.planner import Planner
 from pipelines.state.positions import Offsets, Position
-from pipelines.spark.reader import SourceOptions, bounds, lag_planner, subscription_lag
+from pipelines.spark.reader import SourceSettings, bounds, lag_planner, subscription_lag
 from pipelines.jobs.stopping import STOP, reclaim
 
 log = logging.getLogger("pipelines.jobs.runner")
@@ -682,7 +682,7 @@ def backfill(job: Job, args: Any = None) -> int:
     if end.kind == "latest" and start.kind == "time":
         end = Bound.model_construct(kind="time", time_ms=int(time.time() * 1000))
     window = f"{_bound_text(start)} .. {_bound_text(end)}"
-    first, last = bounds(SourceOptions.parse(job.backfill_options(start, end), streaming=False))
+    first, last = bounds(SourceSettings.parse(job.backfill_options(start, end), streaming=False))
     todo = [tp for tp, e in last.items() if first.get(tp, Position.EARLIEST) < e and e.entry_id >= 0]
     if not todo:
         say(
@@ -797,7 +797,7 @@ def stream_start(job: Job) -> tuple[Offsets, str]:
     found = stored_offsets(job)
     if found is not None:
         return found, f"the offset store {job.offsets}"
-    opts = SourceOptions.parse(job.source_options(), streaming=True)
+    opts = SourceSettings.parse(job.source_options(), streaming=True)
     planner = Planner(opts.settings, opts.selector)
     try:
         parts = planner.partitions()
@@ -861,9 +861,9 @@ def _backfill_keys(job: Job, spark: Any) -> tuple[list[str], bool]:
 
 def _end_positions(opts: dict[str, str]) -> Offsets:
     """Where a bounded read with ``opts`` ended, per topic-partition."""
-    from pipelines.spark.reader import SourceOptions
+    from pipelines.spark.reader import SourceSettings
 
-    return bounds(SourceOptions.parse(opts, streaming=False), ends_only=True)[1]
+    return bounds(SourceSettings.parse(opts, streaming=False), ends_only=True)[1]
 
 
 # -- offsets -----------------------------------------------------------------------------------
@@ -912,7 +912,7 @@ def _end_notes(job: Job, stored: dict[str, Position]) -> dict[str, str]:
     """topic-partition → "end L:E:B  backlog N messages" after its stored position."""
     if job.source.pulsar is None:
         return {}
-    from pipelines.options.grammar import client_settings
+    from pipelines.options.client import client_settings
     from pipelines.spark.planner import TopicSelector
 
     planner = Planner(client_settings(job.source_options()), TopicSelector())
@@ -938,6 +938,6 @@ def _positions_for(job: Job, bound: Bound) -> Offsets:
     """The start positions ``bound`` names for every partition of the job's source."""
     if bound.kind == "offsets":
         return Offsets({k: Position.parse(v, "--to") for k, v in (bound.offsets or {}).items()})
-    from pipelines.spark.reader import SourceOptions
+    from pipelines.spark.reader import SourceSettings
 
-    return bounds(SourceOptions.parse(job.backfill_options(start=bound), streaming=False))[0]
+    return bounds(SourceSettings.parse(job.backfill_options(start=bound), streaming=False))[0]

@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.state.delta import commit_metadata, write_idempotent
 from pipelines.errors import PipelinesError
-from pipelines.state.offsets import OffsetStore
-from pipelines.options.grammar import CLIENT_PREFIX, client_settings
+from pipelines.options.client import CLIENT_PREFIX, client_settings
 from pipelines.spark.planner import Planner, TopicSelector
+from pipelines.state.delta import commit_metadata, write_idempotent
+from pipelines.state.offsets import OffsetStore
 from pipelines.state.positions import Offsets
 
 log = logging.getLogger("pipelines.state.exactly_once")

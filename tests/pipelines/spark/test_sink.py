@@ -21,7 +21,7 @@ import pytest
 from pyspark.sql import types as T
 
 from pipelines.errors import OptionError, SinkError
-from pipelines.options.grammar import client_settings
+from pipelines.options.client import client_settings
 from pipelines.spark.sink import (
     MAX_BATCH_ID,
     MAX_ROWS_PER_TASK,
@@ -426,7 +426,7 @@ URL = {"service.url": "pulsar://127.0.0.1:6650"}
             {**URL, "topic": "t", "producerNamePrefx": "job"},
             [VALUE],
             OptionError,
-            "producernameprefx: unknown sink option (did you mean producerNamePrefix? known: service.url, "
+            "producerNamePrefx: unknown sink option (did you mean producerNamePrefix? known: service.url, "
             "topic, batchingEnabled",
         ),
         ({**URL, "topic": "t", "path": "/x"}, [VALUE], OptionError, "path: the sink takes no path"),
