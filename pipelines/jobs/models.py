@@ -351,7 +351,7 @@ class PulsarSource(Section, SourceFields):
     #: a message that cannot be decoded goes there with on_corrupt_message: quarantine
     quarantine_table: Text | None = None
     client: ClientConfig = option(
-        default_factory=ClientConfig, spark=CLIENT_PREFIX, doc="how to reach the cluster (→ `pulsar.client.*`)"
+        default_factory=ClientConfig, spark=CLIENT_PREFIX, doc="how to reach the cluster (`pulsar.client.*`)"
     )
 
     @model_validator(mode="after")
@@ -472,7 +472,7 @@ class PulsarSink(Section, SinkFields):
 
     exactly_once: bool = True
     client: ClientConfig = option(
-        default_factory=ClientConfig, spark=CLIENT_PREFIX, doc="how to reach the cluster (→ `pulsar.client.*`)"
+        default_factory=ClientConfig, spark=CLIENT_PREFIX, doc="how to reach the cluster (`pulsar.client.*`)"
     )
 
     @model_validator(mode="after")

@@ -63,7 +63,7 @@ class ClientFields(OptionsModel):
     auth_token_file: Text | None = option(
         None,
         spark="authTokenFile",
-        doc="token authentication: a file holding the token (not together with authToken)",
+        doc="token authentication: a file holding the token (not together with `authToken`)",
     )
     operation_timeout_ms: PosInt | None = option(
         None, spark="operationTimeoutMs", doc="timeout of a client operation"

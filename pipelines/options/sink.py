@@ -76,16 +76,16 @@ class SinkFields(OptionsModel):
         "a `topic` column",
     )
     batching: Flag = option(True, spark="batchingEnabled", doc="producer batching")
-    batching_max_messages: PosInt = option(1000, spark="batchingMaxMessages", doc="messages per batch")
+    batching_max_messages: PosInt = option(1000, spark="batchingMaxMessages", doc="messages per batch (≥ 1)")
     batching_max_publish_delay_ms: NonNegInt = option(
         10,
         spark="batchingMaxPublishDelayMs",
-        doc="how long a batch may wait to fill",
+        doc="how long a batch may wait to fill (≥ 0)",
     )
     compression: Compression = option(
         "NONE",
         spark="compressionType",
-        doc="`NONE`, `LZ4`, `ZLIB`, `ZSTD` or `SNAPPY` (any case)",
+        doc="`NONE`, `LZ4`, `ZLIB`, `ZSTD` or `SNAPPY` (case-insensitive)",
     )
     max_pending_messages: PosInt = option(
         1000,
@@ -141,7 +141,7 @@ class SinkOptions(SinkFields):
         default_factory=ClientOptions,
         spark=CLIENT_PREFIX,
         doc="client settings (`operationTimeoutMs`, TLS, `authToken`, `authPluginClassName` + "
-        "`authParams` as in [spark.md](spark.md), ...)",
+        "`authParams` as in [spark.md](spark.md), ...), see `pipelines/options/client.py`",
     )
 
     @model_validator(mode="after")

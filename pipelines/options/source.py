@@ -52,19 +52,19 @@ class SourceFields(OptionsModel):
 
     service_url: ServiceUrl = option(
         spark="service.url",
-        doc="required; `pulsar://` or `pulsar+ssl://`, several hosts comma-separated",
+        doc="`pulsar://` or `pulsar+ssl://`, several hosts comma-separated",
     )
     topic: Text | None = option(
         None,
         spark="topic",
-        doc="one topic (exactly one of topic, topics, topicsPattern)",
+        doc="a topic; exactly one of `topic`, `topics`, `topicsPattern`; partitioned topics expand to "
+        "their partitions",
     )
-    topics: TopicList | None = option(None, min_length=1, spark="topics", doc="several topics, a comma list")
+    topics: TopicList | None = option(None, min_length=1, spark="topics", doc="a comma list of topics")
     topics_pattern: Text | None = option(
         None,
         spark="topicsPattern",
-        doc="a regular expression (full match, as Pulsar) over `tenant/namespace`; "
-        "partitioned topics expand to their partitions",
+        doc="a regular expression (full match, as Pulsar) over `tenant/namespace`",
     )
     starting_offsets: Offsets | None = option(
         None,
@@ -76,56 +76,63 @@ class SourceFields(OptionsModel):
     starting_time: TimeMs | None = option(
         None,
         spark="startingTime",
-        doc="publish time in ms or ISO-8601 (`2026-11-23T10:00:00Z`; naive = UTC): starts at the "
-        "first message published at or after it. Not with startingOffsets",
+        doc="publish time in ms or ISO-8601 (`2026-11-23T10:00:00Z`; naive = UTC). Exact: starts at "
+        "the first message published at or after the time. Not with `startingOffsets`",
     )
     max_messages_per_trigger: PosInt | None = option(
         None,
         spark="maxMessagesPerTrigger",
-        doc="streams: admission control, messages per micro-batch (at least one per partition "
-        "with data is admitted)",
+        doc="streams: admission control, messages per micro-batch; at least one message per partition "
+        "with data is admitted",
     )
     max_bytes_per_trigger: PosInt | None = option(
         None,
         spark="maxBytesPerTrigger",
-        doc="streams: admission control, payload bytes per micro-batch",
+        doc="streams: admission control, payload bytes per micro-batch; at least one message per "
+        "partition with data is admitted",
     )
     min_messages_per_trigger: PosInt | None = option(
         None,
         spark="minMessagesPerTrigger",
-        doc="streams: wait for that many messages (at most maxTriggerDelay); at most maxMessagesPerTrigger",
+        doc="streams: wait for that many messages, or at most `maxTriggerDelay`; not above "
+        "`maxMessagesPerTrigger`",
     )
     max_trigger_delay: Duration = option(
         MAX_TRIGGER_DELAY,
         spark="maxTriggerDelay",
-        doc="how long minMessagesPerTrigger may wait (`500ms`, `30s`, `15m`, `1h`); only with it",
+        doc="how long `minMessagesPerTrigger` may wait (`500ms`, `30s`, `15m`, `1h`); only with it",
     )
     fail_on_data_loss: Flag = option(
         True,
         spark="failOnDataLoss",
-        doc="a start position that retention removed fails the query naming the topic-partition "
-        "and the missing range, and so does a stream's start past the partition's last message "
-        "(`OffsetsAheadError`); `false` logs the gap and goes on, or reads that partition again from "
-        "its earliest message",
+        doc="a start position that retention removed fails the query naming the topic-partition and "
+        "the missing range; `false` logs the gap and goes on. A stream's start (checkpoint or offset "
+        "store) past the partition's last message — the broker's data was reset, another cluster, a "
+        "recreated topic — fails with `OffsetsAheadError` naming the position and the end (checked at "
+        "the start and for every batch); `false` warns and reads that partition again from its earliest "
+        "message. A reset broker whose new ledger ids reach past the stored position cannot be told "
+        "from a topic that grew: `pipelines offsets show` prints both positions",
     )
     wait_for_topic: Flag = option(
         False,
         spark="waitForTopic",
-        doc="streams: the source never creates a topic; a topic that does not exist fails the query "
-        "naming the namespace's closest topics, `true` keeps batches empty until it is created",
+        doc="streams. The source never creates a topic (it asks with "
+        "`metadata_auto_creation_enabled=false` and subscribes with `force_topic_creation=false`): a "
+        "topic that does not exist fails the query naming the namespace's closest topics. `true`: "
+        "batches stay empty until it is created",
     )
     subscription: Text | None = option(
         None,
         spark="subscriptionName",
         doc="streams: the durable subscription that holds the backlog (default derived from the "
-        "topic selection and `job`; in a job file the job name)",
+        "topic selection and `job`)",
     )
     schema_: SchemaMode = option(
         "raw",
         alias="schema",
         spark="schema",
-        doc="`raw` (`value` as bytes) or `auto` (`value` typed by the topics' Pulsar schema, "
-        "[schemas.md](schemas.md))",
+        doc="`raw` (`value` as bytes) or `auto` (`value` typed by the topics' Pulsar schema: AVRO, JSON, "
+        "primitives; [schemas.md](schemas.md))",
     )
     include_properties: Flag = option(
         True,
@@ -143,7 +150,7 @@ class SourceFields(OptionsModel):
     on_corrupt_message: OnCorrupt = option(
         "fail",
         spark="onCorruptMessage",
-        doc="what a message that cannot be decoded becomes: `fail`, `skip` or `quarantine`",
+        doc="what a message that cannot be decoded becomes: `fail`, `skip` or `quarantine` (below)",
     )
 
     @model_validator(mode="after")
@@ -191,19 +198,20 @@ class SourceOptions(SourceFields):
     ending_offsets: Offsets | None = option(
         None,
         spark="endingOffsets",
-        doc="batch reads: `latest` (default) or JSON as startingOffsets; inclusive",
+        doc="batch reads: `latest` (when absent) or JSON as `startingOffsets`; inclusive",
     )
     ending_time: TimeMs | None = option(
         None,
         spark="endingTime",
-        doc="batch reads: publish time in ms or ISO-8601; ends before it. Not with endingOffsets",
+        doc="batch reads: publish time in ms or ISO-8601; ends before it. Not with `endingOffsets`",
     )
     offset_store: Text | None = option(
         None,
         spark="offsetStore",
-        doc="streams started without a checkpoint resume from this Delta offset store (with `job`)",
+        doc="streams started without a checkpoint resume from this Delta offset store (see below); "
+        "needs `job`",
     )
-    job: Text | None = option(None, spark="job", doc="the job whose positions offsetStore holds")
+    job: Text | None = option(None, spark="job", doc="the job whose positions `offsetStore` holds")
     client: ClientOptions = option(
         default_factory=ClientOptions,
         spark=CLIENT_PREFIX,

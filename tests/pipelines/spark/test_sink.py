@@ -464,8 +464,11 @@ def test_settings_accept_spark_spellings_and_extra_columns() -> None:
     s = sink_settings(options, schema, streaming=True)
     assert s.columns == {"value", "topic"}
     assert s.topic is None
-    assert s.producer_config == {
+    assert s.producer_config == {  # the options given, the sink's defaults for the others
         "batching_enabled": False,
+        "batching_max_messages": 1000,
+        "batching_max_publish_delay_ms": 10,
+        "max_pending_messages": 1000,
         "send_timeout_millis": 5000,
         "compression_type": 1,
     }
