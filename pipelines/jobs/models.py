@@ -9,12 +9,14 @@ whose context carries a short human message and, where the problem belongs to a 
 below the one validated, the relative path of that key; :mod:`pipelines.jobs.config` turns
 these into ``file: key.path: message`` lines (:class:`~pipelines.errors.JobError`).
 
-A validated job is frozen data plus the translations the runner needs:
-:meth:`Job.source_options` / :meth:`Job.sink_options` (the ``pulsarwire`` data source's
-option maps), :meth:`Job.backfill_options`, :meth:`Trigger.spark_kwargs`,
-:meth:`Job.transform_function`. Secrets (``auth_token``, Delta ``storage_options``) are
-``SecretStr``; the repr of every section masks them and any mapping value whose key
-looks secret (:func:`is_secret_key`).
+The ``source.pulsar`` and ``sink.pulsar`` sections (and their ``client:``) are the option
+models of :mod:`pipelines.options` plus a few job keys, so a key, its type, default and
+checks are the ones the Spark data source uses. A validated job is frozen data plus what the
+runner needs: :meth:`Job.source_options` / :meth:`Job.sink_options` (the ``pulsarwire`` data
+source's option maps, written from the keys a job sets), :meth:`Job.backfill_options`,
+:meth:`Trigger.spark_kwargs`, :meth:`Job.transform_function`. Secrets (``auth_token``, Delta
+``storage_options``) are ``SecretStr``; the repr of every section masks them and any mapping
+value whose key looks secret (:func:`is_secret_key`).
 """
 
 from __future__ import annotations

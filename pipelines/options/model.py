@@ -310,7 +310,8 @@ class OptionsModel(BaseModel):
             where, message = found[0]
             loc = (*loc, *where)
         else:
-            message = "required" if err["type"] == "missing" else str(err["msg"])
+            plain = {"missing": "required", "too_short": "must not be empty"}
+            message = plain.get(err["type"], str(err["msg"]))
         return OptionError(cls._spark_path(loc), message)
 
     @classmethod
