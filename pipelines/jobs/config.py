@@ -42,15 +42,9 @@ from pydantic import BaseModel, ValidationError
 
 from pipelines.errors import JobError
 from pipelines.masking import mask, remember
-from pipelines.jobs.models import (
-    Job,
-    Loc,
-    format_path,
-    is_secret_key,
-    kind_of,
-    mask_secrets,
-    show,
-)
+from pipelines.jobs.models import Job, format_path, is_secret_key, mask_secrets
+from pipelines.options.grammar import kind_of, show
+from pipelines.options.model import Loc
 
 __all__ = [
     "PROFILE_KEYS",
