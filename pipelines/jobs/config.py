@@ -41,8 +41,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipelines.errors import JobError
-from pipelines.masking import mask, remember
 from pipelines.jobs.models import Job, format_path, is_secret_key, mask_secrets
+from pipelines.masking import mask, remember
 from pipelines.options.grammar import kind_of, show
 from pipelines.options.model import Loc
 
