@@ -9,12 +9,14 @@ whose context carries a short human message and, where the problem belongs to a 
 below the one validated, the relative path of that key; :mod:`pipelines.jobs.config` turns
 these into ``file: key.path: message`` lines (:class:`~pipelines.errors.JobError`).
 
-A validated job is frozen data plus the translations the runner needs:
-:meth:`Job.source_options` / :meth:`Job.sink_options` (the ``pulsarwire`` data source's
-option maps), :meth:`Job.backfill_options`, :meth:`Trigger.spark_kwargs`,
-:meth:`Job.transform_function`. Secrets (``auth_token``, Delta ``storage_options``) are
-``SecretStr``; the repr of every section masks them and any mapping value whose key
-looks secret (:func:`pipelines.masking.is_secret_key`).
+The ``source.pulsar`` and ``sink.pulsar`` sections (and their ``client:``) are the option
+models of :mod:`pipelines.options` plus a few job keys, so a key, its type, default and
+checks are the ones the Spark data source uses. A validated job is frozen data plus what the
+runner needs: :meth:`Job.source_options` / :meth:`Job.sink_options` (the ``pulsarwire`` data
+source's option maps, written from the keys a job sets), :meth:`Job.backfill_options`,
+:meth:`Trigger.spark_kwargs`, :meth:`Job.transform_function`. Secrets (``auth_token``, Delta
+``storage_options``) are ``SecretStr``; the repr of every section masks them and any mapping
+value whose key looks secret (:func:`pipelines.masking.is_secret_key`).
 """
 
 from __future__ import annotations
@@ -38,11 +40,14 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from pipelines.errors import JobError
 from pipelines.masking import mask, mask_data
-from pipelines.options.grammar import GrammarError, duration_ms, kind_of, offsets_spec, show, time_ms
+from pipelines.options.client import CLIENT_PREFIX, ClientFields, ServiceUrl
+from pipelines.options.grammar import GrammarError, duration_ms, kind_of, show, time_ms
+from pipelines.options.model import Loc, NonNegInt, PosInt, Text, offsets_value, option, problem, problems
+from pipelines.options.sink import SinkFields
+from pipelines.options.source import SourceFields
 from pipelines.state.delta import is_table_name
 from pipelines.suggest import did_you_mean
 
@@ -74,22 +79,6 @@ T = TypeVar("T")
 
 # -- problems and paths ------------------------------------------------------------------------
 
-Loc = tuple[str | int, ...]
-
-
-def problem(message: str, at: Loc | str = ()) -> PydanticCustomError:
-    """A validation error with ``message``, located ``at`` (a key or path) below the validated value."""
-    where = (at,) if isinstance(at, str) else tuple(at)
-    return PydanticCustomError("job", "{message}", {"message": message, "problems": [(where, message)]})
-
-
-def problems(found: list[tuple[Loc, str]]) -> PydanticCustomError:
-    """Several problems of one model at once (``found``: relative path, message)."""
-    return PydanticCustomError(
-        "job", "{message}", {"message": "; ".join(m for _, m in found), "problems": found}
-    )
-
-
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -119,18 +108,6 @@ def _check_name(value: str) -> str:
     return value
 
 
-def _not_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise problem(f"expected an integer, got {kind_of(value)}")
-    return value
-
-
-def _non_empty(value: str) -> str:
-    if not value.strip():
-        raise problem("must not be empty")
-    return value
-
-
 def _scalar_text(value: Any) -> Any:
     """Spark conf values: YAML scalars become the strings Spark expects (true → "true")."""
     if isinstance(value, bool):
@@ -138,33 +115,6 @@ def _scalar_text(value: Any) -> Any:
     if isinstance(value, int | float):
         return str(value)
     return value
-
-
-def _job_value(parse: Callable[[Any], T], value: Any) -> T:
-    """``parse(value)`` with a :class:`~pipelines.options.grammar.GrammarError` raised as job-file problems."""
-    try:
-        return parse(value)
-    except GrammarError as exc:
-        found: list[tuple[Loc, str]] = [(key, message) for key, message in exc.problems]
-        raise problems(found) from None
-
-
-def _check_duration(value: str) -> str:
-    _job_value(duration_ms, value)
-    return value.strip()
-
-
-def _check_time(value: Any) -> int:
-    return _job_value(time_ms, value)
-
-
-_URL = re.compile(r"pulsar(\+ssl)?://[^/\s:]+(:\d+)?(,[^/\s:]+(:\d+)?)*/?")
-
-
-def _check_url(value: str) -> str:
-    if not _URL.fullmatch(value.strip()):
-        raise problem(f"expected pulsar://host:port or pulsar+ssl://host:port, got {show(value)}")
-    return value.strip()
 
 
 _PY_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
@@ -176,44 +126,15 @@ def _check_py_spec(value: str) -> str:
     return value.strip()
 
 
-def _check_prefix(value: str) -> str:
-    if not value.strip():
-        raise problem("must not be empty")
-    if len(value) > 200:
-        raise problem(f"at most 200 characters, got {len(value)}")
-    if any(c.isspace() or not c.isprintable() for c in value):
-        raise problem(f"must not contain spaces or control characters, got {show(value)}")
-    return value
-
-
 def _one_or_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
-def _upper(value: Any) -> Any:
-    return value.upper() if isinstance(value, str) else value
-
-
 Name = Annotated[str, AfterValidator(_check_name)]
-Text = Annotated[str, AfterValidator(_non_empty)]
-PosInt = Annotated[int, BeforeValidator(_not_bool), Field(ge=1)]
-NonNegInt = Annotated[int, BeforeValidator(_not_bool), Field(ge=0)]
-Duration = Annotated[str, AfterValidator(_check_duration)]
-TimeMs = Annotated[int, BeforeValidator(_check_time)]
-ServiceUrl = Annotated[str, AfterValidator(_check_url)]
 ConfValue = Annotated[str, BeforeValidator(_scalar_text)]
 
 
 # -- positions and bounds -------------------------------------------------------------------
-
-
-def _offsets(value: Any) -> str | dict[str, str]:
-    """``earliest``, ``latest`` or topic-partition → position (:func:`~pipelines.options.grammar.offsets_spec`)."""
-    spec = _job_value(offsets_spec, value)
-    return spec if isinstance(spec, str) else {k: str(v) for k, v in spec.items()}
-
-
-StartingOffsets = Annotated[str | dict[str, str], BeforeValidator(_offsets)]
 
 
 class BoundError(ValueError):
@@ -255,7 +176,7 @@ class Bound(Section):
         if isinstance(data, str) and data.strip().lower() in ("earliest", "latest"):
             return {"kind": data.strip().lower()}
         if isinstance(data, dict) or (isinstance(data, str) and data.strip().startswith("{")):
-            return {"kind": "offsets", "offsets": _offsets(data)}
+            return {"kind": "offsets", "offsets": offsets_value(data)}
         try:
             return {"kind": "time", "time_ms": time_ms(data), "text": str(data)}
         except GrammarError:
@@ -305,20 +226,6 @@ def parse_bound(value: Any, *, end: bool = False) -> Bound:
 
 # -- client and connection ------------------------------------------------------------------
 
-#: ClientConfig field → pulsar.client.<option> (the Java client's names; see pipelines.options.grammar)
-_CLIENT_OPTIONS = {
-    "auth_token": "authToken",
-    "auth_token_file": "authTokenFile",
-    "operation_timeout_ms": "operationTimeoutMs",
-    "connection_timeout_ms": "connectionTimeoutMs",
-    "keep_alive_interval_seconds": "keepAliveIntervalSeconds",
-    "tls_trust_certs_file_path": "tlsTrustCertsFilePath",
-    "tls_allow_insecure_connection": "tlsAllowInsecureConnection",
-    "tls_hostname_verification_enable": "tlsHostnameVerificationEnable",
-    "tls_certificate_file_path": "tlsCertificateFilePath",
-    "tls_key_file_path": "tlsKeyFilePath",
-}
-
 
 class OAuth2Config(Section):
     """``auth.oauth2:`` — OAuth2 client credentials (StreamNative Cloud and other managed Pulsar).
@@ -353,7 +260,7 @@ class AuthConfig(Section):
         return self
 
     def options(self) -> dict[str, str]:
-        """``pulsar.client.authPluginClassName`` and ``authParams`` (JSON, secrets in clear)."""
+        """``authPluginClassName`` and ``authParams`` (JSON, secrets in clear), below ``pulsar.client.``."""
         from pipelines.options.auth import CLASS_OF
 
         if self.oauth2 is not None:
@@ -365,51 +272,27 @@ class AuthConfig(Section):
             assert self.basic is not None
             params = {"userId": self.basic.username, "password": self.basic.password.get_secret_value()}
             kind = "basic"
-        return {
-            "pulsar.client.authPluginClassName": CLASS_OF[kind],
-            "pulsar.client.authParams": json.dumps(params),
-        }
+        return {"authPluginClassName": CLASS_OF[kind], "authParams": json.dumps(params)}
 
 
-class ClientConfig(Section):
-    """``client:`` — how to reach the cluster (→ ``pulsar.client.*`` options)."""
+class ClientConfig(Section, ClientFields):
+    """``client:`` — how to reach the cluster (→ ``pulsar.client.*`` options).
+
+    The settings are :class:`~pipelines.options.client.ClientFields`; ``auth:`` is the job
+    file's spelling of ``authPluginClassName`` + ``authParams``.
+    """
 
     auth: AuthConfig | None = None
-    auth_token: SecretStr | None = None
-    auth_token_file: Text | None = None
-    operation_timeout_ms: PosInt | None = None
-    connection_timeout_ms: PosInt | None = None
-    keep_alive_interval_seconds: Annotated[float, BeforeValidator(_not_bool), Field(gt=0)] | None = None
-    tls_trust_certs_file_path: Text | None = None
-    tls_allow_insecure_connection: bool | None = None
-    tls_hostname_verification_enable: bool | None = None
-    tls_certificate_file_path: Text | None = None
-    tls_key_file_path: Text | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ClientConfig:
-        if self.auth_token is not None and self.auth_token_file is not None:
-            raise problem("give auth_token or auth_token_file, not both", "auth_token_file")
         if self.auth is not None and (self.auth_token is not None or self.auth_token_file is not None):
             raise problem("give auth or auth_token/auth_token_file, not both", "auth")
-        if self.auth_token is not None and not self.auth_token.get_secret_value().strip():
-            raise problem("must not be empty", "auth_token")
         return self
 
-    def options(self) -> dict[str, str]:
-        """The ``pulsar.client.*`` options of the fields that are set (secrets in clear)."""
-        out: dict[str, str] = {}
-        for field, option in _CLIENT_OPTIONS.items():
-            value = getattr(self, field)
-            if value is None:
-                continue
-            if isinstance(value, SecretStr):
-                value = value.get_secret_value()
-            elif isinstance(value, bool):
-                value = "true" if value else "false"
-            elif isinstance(value, float):
-                value = f"{value:g}"
-            out[f"pulsar.client.{option}"] = str(value)
+    def spark_options(self) -> dict[str, str]:
+        """The ``pulsar.client.*`` options (without the prefix) of the keys that are set, secrets in clear."""
+        out = super().spark_options()
         if self.auth is not None:
             out.update(self.auth.options())
         return out
@@ -425,30 +308,18 @@ class PulsarDefaults(Section):
 # -- sources ------------------------------------------------------------------------------
 
 
-class PulsarSource(Section):
-    """``source.pulsar`` — a stream over Pulsar topics (the ``pulsarwire`` data source)."""
+class PulsarSource(Section, SourceFields):
+    """``source.pulsar`` — a stream over Pulsar topics (the ``pulsarwire`` data source).
 
-    service_url: ServiceUrl
-    topic: Text | None = None
-    topics: Annotated[list[Text], Field(min_length=1)] | None = None
-    topics_pattern: Text | None = None
-    starting_offsets: StartingOffsets | None = None
-    starting_time: TimeMs | None = None
-    max_messages_per_trigger: PosInt | None = None
-    max_bytes_per_trigger: PosInt | None = None
-    min_messages_per_trigger: PosInt | None = None
-    max_trigger_delay: Duration | None = None
-    fail_on_data_loss: bool = True
-    wait_for_topic: bool = False
-    subscription: Text | None = None
-    schema_: Literal["raw", "auto"] = Field("raw", alias="schema")
-    include_properties: bool | None = None
-    poll_timeout_ms: PosInt | None = None
-    receiver_queue_size: PosInt | None = None
-    #: a message that cannot be decoded: fail the batch, skip it, or move it to quarantine_table
-    on_corrupt_message: Literal["fail", "skip", "quarantine"] = "fail"
+    The keys are the source options (:class:`~pipelines.options.source.SourceFields`), plus
+    ``quarantine_table`` and ``client``.
+    """
+
+    #: a message that cannot be decoded goes there with on_corrupt_message: quarantine
     quarantine_table: Text | None = None
-    client: ClientConfig = Field(default_factory=ClientConfig)
+    client: ClientConfig = option(
+        default_factory=ClientConfig, spark=CLIENT_PREFIX, doc="how to reach the cluster (`pulsar.client.*`)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> PulsarSource:
@@ -459,22 +330,6 @@ class PulsarSource(Section):
             )
         if self.quarantine_table is not None and self.on_corrupt_message != "quarantine":
             found.append((("quarantine_table",), "only with on_corrupt_message: quarantine"))
-        given = [k for k in ("topic", "topics", "topics_pattern") if getattr(self, k) is not None]
-        if len(given) != 1:
-            got = f" (got {', '.join(given)})" if given else ""
-            found.append(((), f"give exactly one of topic, topics, topics_pattern{got}"))
-        if self.topics_pattern is not None:
-            try:
-                re.compile(self.topics_pattern)
-            except re.error as exc:
-                found.append((("topics_pattern",), f"not a regular expression: {exc}"))
-        if self.starting_offsets is not None and self.starting_time is not None:
-            found.append((("starting_time",), "give starting_offsets or starting_time, not both"))
-        lo, hi = self.min_messages_per_trigger, self.max_messages_per_trigger
-        if lo is not None and hi is not None and lo > hi:
-            found.append((("min_messages_per_trigger",), f"{lo} is above max_messages_per_trigger {hi}"))
-        if self.max_trigger_delay is not None and lo is None:
-            found.append((("max_trigger_delay",), "only with min_messages_per_trigger"))
         if found:
             raise problems(found)
         return self
@@ -575,24 +430,17 @@ class DeltaSink(Section):
         return self
 
 
-class PulsarSink(Section):
-    """``sink.pulsar`` — publish each row (``value``, optional ``key``/``properties``/...)."""
+class PulsarSink(Section, SinkFields):
+    """``sink.pulsar`` — publish each row (``value``, optional ``key``/``properties``/...).
 
-    service_url: ServiceUrl
-    topic: Text | None = None
+    The keys are the sink options (:class:`~pipelines.options.sink.SinkFields`), plus
+    ``exactly_once`` and ``client``.
+    """
+
     exactly_once: bool = True
-    producer_name_prefix: Annotated[str, AfterValidator(_check_prefix)] | None = None
-    batching: bool = True
-    batching_max_messages: PosInt | None = None
-    batching_max_publish_delay_ms: NonNegInt | None = None
-    compression: (
-        Annotated[Literal["NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"], BeforeValidator(_upper)] | None
-    ) = None
-    max_pending_messages: PosInt | None = None
-    send_timeout_ms: NonNegInt | None = None
-    hashing_scheme: Literal["JavaStringHash", "Murmur3_32Hash"] | None = None
-    ignore_extra_columns: bool = False
-    client: ClientConfig = Field(default_factory=ClientConfig)
+    client: ClientConfig = option(
+        default_factory=ClientConfig, spark=CLIENT_PREFIX, doc="how to reach the cluster (`pulsar.client.*`)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> PulsarSink:
@@ -855,40 +703,8 @@ class Job(Section):
         src = self.source.pulsar
         if src is None:
             raise self.error("source", f"is {self.source.kind}, not pulsar")
-        opts: dict[str, str] = {"service.url": src.service_url}
-        if src.topic is not None:
-            opts["topic"] = src.topic
-        elif src.topics is not None:
-            opts["topics"] = ",".join(src.topics)
-        elif src.topics_pattern is not None:
-            opts["topicsPattern"] = src.topics_pattern
-        if isinstance(src.starting_offsets, dict):
-            opts["startingOffsets"] = json.dumps(src.starting_offsets, separators=(",", ":"))
-        elif src.starting_offsets is not None:
-            opts["startingOffsets"] = src.starting_offsets
-        if src.starting_time is not None:
-            opts["startingTime"] = str(src.starting_time)
-        for field, option in (
-            ("max_messages_per_trigger", "maxMessagesPerTrigger"),
-            ("max_bytes_per_trigger", "maxBytesPerTrigger"),
-            ("min_messages_per_trigger", "minMessagesPerTrigger"),
-            ("max_trigger_delay", "maxTriggerDelay"),
-            ("poll_timeout_ms", "pollTimeoutMs"),
-            ("receiver_queue_size", "receiverQueueSize"),
-        ):
-            value = getattr(src, field)
-            if value is not None:
-                opts[option] = str(value)
-        opts["failOnDataLoss"] = "true" if src.fail_on_data_loss else "false"
-        if src.wait_for_topic:
-            opts["waitForTopic"] = "true"
-        if src.include_properties is not None:
-            opts["includeProperties"] = "true" if src.include_properties else "false"
+        opts = src.spark_options()
         opts["subscriptionName"] = self.subscription
-        opts["schema"] = src.schema_
-        if src.on_corrupt_message != "fail":
-            opts["onCorruptMessage"] = src.on_corrupt_message
-        opts.update(src.client.options())
         return opts
 
     def backfill_options(self, start: Bound | None = None, end: Bound | None = None) -> dict[str, str]:
@@ -930,26 +746,10 @@ class Job(Section):
         snk = self.sink.pulsar
         if snk is None:
             raise self.error("sink", f"is {self.sink.kind}, not pulsar")
-        opts: dict[str, str] = {"service.url": snk.service_url}
-        if snk.topic is not None:
-            opts["topic"] = snk.topic
-        opts["batchingEnabled"] = "true" if snk.batching else "false"
-        for field, option in (
-            ("batching_max_messages", "batchingMaxMessages"),
-            ("batching_max_publish_delay_ms", "batchingMaxPublishDelayMs"),
-            ("compression", "compressionType"),
-            ("max_pending_messages", "maxPendingMessages"),
-            ("send_timeout_ms", "sendTimeoutMs"),
-            ("hashing_scheme", "hashingScheme"),
-        ):
-            value = getattr(snk, field)
-            if value is not None:
-                opts[option] = str(value)
+        opts = snk.spark_options()
+        opts.pop("producerNamePrefix", None)
         if snk.exactly_once:
             opts["producerNamePrefix"] = snk.producer_name_prefix or self.name
-        if snk.ignore_extra_columns:
-            opts["ignoreExtraColumns"] = "true"
-        opts.update(snk.client.options())
         return opts
 
     def transform_function(self) -> Callable[..., Any] | None:
@@ -963,4 +763,3 @@ class Job(Section):
             return import_function(self.transform.python, (self._root,))
         except ValueError as exc:
             raise self.error("transform.python", str(exc)) from None
-

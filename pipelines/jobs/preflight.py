@@ -45,7 +45,7 @@ from typing import Any
 from pipelines.errors import JobError, MissingTopicError, OffsetStoreError, OptionError, PipelinesError
 from pipelines.jobs.models import Job
 from pipelines.masking import mask
-from pipelines.options.grammar import ClientSettings, client_settings
+from pipelines.options.client import ClientSettings, client_settings
 from pipelines.spark.planner import Planner, TopicSelector
 from pipelines.state.exactly_once import batch_offsets
 from pipelines.state.offsets import OffsetStore
@@ -229,8 +229,10 @@ def service_problems(job: Job) -> list[str]:
 
 # -- topics and positions -----------------------------------------------------------------------
 def _planner(job: Job) -> Planner:
-    options = job.source_options()
-    return Planner(client_settings(options), TopicSelector.from_options(options))
+    src = job.source.pulsar
+    assert src is not None
+    selector = TopicSelector.of(src.topic, src.topics, src.topics_pattern)
+    return Planner(client_settings(job.source_options()), selector)
 
 
 def _topic_key(job: Job) -> str:
@@ -345,9 +347,9 @@ def plan_lines(job: Job) -> list[str]:
     if job.source.pulsar is None:
         assert job.source.delta is not None
         return [f"reads the Delta table {job.source.delta.path} (versions after the last one published)"]
-    from pipelines.spark.reader import SourceOptions, resolve_start
+    from pipelines.spark.reader import SourceSettings, resolve_start
 
-    opts = SourceOptions.parse(job.source_options(), streaming=True)
+    opts = SourceSettings.parse(job.source_options(), streaming=True)
     planner = _planner(job)
     try:
         parts = planner.partitions()

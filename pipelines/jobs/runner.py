@@ -85,11 +85,11 @@ from pipelines.jobs.models import Bound, Job
 from pipelines.jobs.preflight import checkpoint_offsets, stored_offsets
 from pipelines.jobs.stopping import STOP, reclaim
 from pipelines.masking import mask
-from pipelines.options.grammar import client_settings
+from pipelines.options.client import client_settings
 from pipelines.spark import quarantine
 from pipelines.spark.planner import Planner, TopicSelector
 from pipelines.spark.reader import (
-    SourceOptions,
+    SourceSettings,
     bounds,
     lag_planner,
     resolve_start,
@@ -692,7 +692,7 @@ def backfill(job: Job, start: Bound | None = None, end: Bound | None = None) -> 
     if end.kind == "latest" and start.kind == "time":
         end = Bound.model_construct(kind="time", time_ms=int(time.time() * 1000))
     window = f"{_bound_text(start)} .. {_bound_text(end)}"
-    first, last = bounds(SourceOptions.parse(job.backfill_options(start, end), streaming=False))
+    first, last = bounds(SourceSettings.parse(job.backfill_options(start, end), streaming=False))
     todo = [tp for tp, e in last.items() if first.get(tp, Position.EARLIEST) < e and e.entry_id >= 0]
     if not todo:
         say(
@@ -795,7 +795,7 @@ def stream_start(job: Job) -> tuple[Offsets, str]:
     found = stored_offsets(job)
     if found is not None:
         return found, f"the offset store {job.offsets}"
-    opts = SourceOptions.parse(job.source_options(), streaming=True)
+    opts = SourceSettings.parse(job.source_options(), streaming=True)
     planner = Planner(opts.settings, opts.selector)
     try:
         parts = planner.partitions()
@@ -856,7 +856,7 @@ def _backfill_keys(job: Job, spark: Any) -> tuple[list[str], bool]:
 def _end_positions(opts: dict[str, str]) -> Offsets:
     """Where a bounded read with ``opts`` ended, per topic-partition."""
 
-    return bounds(SourceOptions.parse(opts, streaming=False), ends_only=True)[1]
+    return bounds(SourceSettings.parse(opts, streaming=False), ends_only=True)[1]
 
 
 # -- offsets -----------------------------------------------------------------------------------
@@ -934,4 +934,4 @@ def _positions_for(job: Job, bound: Bound) -> Offsets:
     if bound.kind == "offsets":
         return Offsets({k: Position.parse(v, "--to") for k, v in (bound.offsets or {}).items()})
 
-    return bounds(SourceOptions.parse(job.backfill_options(start=bound), streaming=False))[0]
+    return bounds(SourceSettings.parse(job.backfill_options(start=bound), streaming=False))[0]

@@ -1,41 +1,25 @@
-"""Option grammar shared by the ``pulsarwire`` source, sink and job files; client settings.
+"""Option grammar shared by the ``pulsarwire`` source, sink and job files.
 
 Spark hands a data source its options as a case-insensitive map of strings; a job file's
 YAML values arrive typed. The value grammar lives here once: durations (``500ms``, ``30s``,
 ``15m``), publish times (milliseconds or ISO-8601), positions and offsets mappings
 (``{"topic-partition": "ledger:entry:batch" | "earliest" | "latest"}``) for both, and
-booleans and integers written as text (Spark options; typed YAML scalars are pydantic's). A
-grammar function raises :class:`GrammarError` with a message that names no place; the caller
-puts the place in front: :func:`option_value` (and ``opt_*``) raise
-:class:`~pipelines.errors.OptionError` naming the Spark option, :mod:`pipelines.jobs.models`
-reports ``file: key.path: message``.
-
-:func:`client_settings` turns the connection part of a Spark option map into the keyword
-arguments of :class:`pulsarwire.client.blocking.Client`; the names follow the Java client's
-``ClientConfigurationData`` (``pulsar.client.operationTimeoutMs`` and so on), plus
-``authToken`` / ``authTokenFile`` for token authentication, and the connector-style
-``authPluginClassName`` + ``authParams`` (:mod:`pipelines.options.auth`: OAuth2, token, basic, TLS).
-Secrets are never put into error messages. Everything here is picklable data, so executors
-rebuild their own client from it. This module does not import Spark.
+booleans and integers written as text. A grammar function raises :class:`GrammarError`
+with a message that names no place; the option models (:mod:`pipelines.options.model`) use
+these functions as validators and put the place in front: an
+:class:`~pipelines.errors.OptionError` naming the Spark option, or a job file's
+``file: key.path: message``. This module does not import Spark.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
 
-from pipelines.options.auth import AuthSpec, parse_auth
 from pipelines.errors import OptionError
 from pipelines.state.positions import Position
-
-T = TypeVar("T")
-T_in = TypeVar("T_in")
-
-CLIENT_PREFIX = "pulsar.client."
 
 
 # -- messages ---------------------------------------------------------------------------------
@@ -87,14 +71,6 @@ def boolean(value: str) -> bool:
     if v in ("false", "0", "no"):
         return False
     raise GrammarError(f"expected true or false, got {show(value)}")
-
-
-def one_of(value: str, allowed: tuple[str, ...]) -> str:
-    """One of the words ``allowed`` (any case), lower-cased. Raises GrammarError."""
-    word = value.strip().lower()
-    if word not in allowed:
-        raise GrammarError(f"expected {' or '.join(allowed)}, got {show(value)}")
-    return word
 
 
 def integer(value: str, minimum: int | None = None) -> int:
@@ -198,128 +174,3 @@ def offsets_spec(value: object) -> str | dict[str, Spec]:
     if found:
         raise GrammarError("; ".join(m for _, m in found), found)
     return out
-
-
-# -- Spark options ------------------------------------------------------------------------------
-def option_value(name: str, value: T_in, parse: Callable[[T_in], T]) -> T:
-    """``parse(value)``, its GrammarError raised as an OptionError naming the option.
-
-    A problem under a key names it as ``option[key]`` (the first one, when there are several).
-    """
-    try:
-        return parse(value)
-    except GrammarError as exc:
-        key, message = exc.problems[0]
-        raise OptionError(name + "".join(f"[{k}]" for k in key), message) from None
-
-
-def opt_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    """The boolean option ``name`` (``default`` when absent). Raises OptionError."""
-    value = options.get(name)
-    return default if value is None else option_value(name, value, boolean)
-
-
-def opt_choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
-    """The option ``name``, one of the words ``allowed`` (the first when absent). Raises OptionError."""
-    value = options.get(name)
-    return allowed[0] if value is None else option_value(name, value, lambda v: one_of(v, allowed))
-
-
-def opt_int(
-    options: Mapping[str, str], name: str, default: int | None, minimum: int | None = None
-) -> int | None:
-    """The integer option ``name`` (``default`` when absent). Raises OptionError."""
-    value = options.get(name)
-    return default if value is None else option_value(name, value, lambda v: integer(v, minimum))
-
-
-#: pulsar.client.<key> -> (Client keyword, converter)
-_CLIENT_KEYS: dict[str, tuple[str, str]] = {
-    "operationtimeoutms": ("operation_timeout_seconds", "ms"),
-    "connectiontimeoutms": ("connection_timeout_seconds", "ms"),
-    "keepaliveintervalseconds": ("keepalive_interval_seconds", "float"),
-    "tlstrustcertsfilepath": ("tls_trust_certs_file_path", "str"),
-    "tlsallowinsecureconnection": ("tls_allow_insecure_connection", "bool"),
-    "tlshostnameverificationenable": ("tls_validate_hostname", "bool"),
-    "tlscertificatefilepath": ("tls_certificate_file_path", "str"),
-    "tlskeyfilepath": ("tls_private_key_file_path", "str"),
-    "authtoken": ("auth_token", "secret"),
-    "authtokenfile": ("auth_token_file", "str"),
-    "authpluginclassname": ("auth_plugin", "auth"),
-    "authparams": ("auth_params", "auth"),
-}
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """How to reach the cluster; rebuilt into a Client on the driver and on each executor."""
-
-    service_url: str
-    options: dict[str, Any] = field(default_factory=dict)
-    auth_token: str | None = field(default=None, repr=False)
-    auth_token_file: str | None = None
-    auth: AuthSpec | None = field(default=None, repr=False)
-
-    def client(self) -> Any:
-        """A new blocking :class:`pulsarwire.client.blocking.Client` (the caller closes it)."""
-        from pulsarwire.client.auth import AuthenticationToken
-        from pulsarwire.client.blocking import Client
-
-        kw = dict(self.options)
-        if self.auth_token is not None:
-            kw["authentication"] = AuthenticationToken(self.auth_token)
-        elif self.auth_token_file is not None:
-            kw["authentication"] = AuthenticationToken("file:" + self.auth_token_file)
-        elif self.auth is not None:
-            provider, extra = self.auth.build()
-            if provider is not None:
-                kw["authentication"] = provider
-            kw.update(extra)
-        return Client(self.service_url, **kw)
-
-
-def client_settings(options: Mapping[str, str]) -> ClientSettings:
-    """Read ``service.url`` and every ``pulsar.client.*`` option; unknown client keys are errors."""
-    url = options.get("service.url")
-    if not url:
-        raise OptionError("service.url", "required (e.g. pulsar://localhost:6650)")
-    if not url.startswith(("pulsar://", "pulsar+ssl://")):
-        raise OptionError("service.url", f"expected pulsar:// or pulsar+ssl://, got {url!r}")
-    kw: dict[str, Any] = {}
-    token: str | None = None
-    token_file: str | None = None
-    plugin: dict[str, str] = {}
-    for name, value in options.items():
-        if not name.lower().startswith(CLIENT_PREFIX):
-            continue
-        key = name[len(CLIENT_PREFIX) :].lower()
-        if key not in _CLIENT_KEYS:
-            known = ", ".join(sorted(CLIENT_PREFIX + k for k in _CLIENT_KEYS))
-            raise OptionError(name, f"unknown client option (known: {known})")
-        target, kind = _CLIENT_KEYS[key]
-        if kind == "secret":
-            token = value
-        elif kind == "auth":
-            plugin[target] = value
-        elif target == "auth_token_file":
-            token_file = value
-        elif kind == "ms":
-            kw[target] = option_value(name, value, lambda v: integer(v, 1)) / 1000
-        elif kind == "float":
-            try:
-                kw[target] = float(value)
-            except ValueError:
-                raise OptionError(name, f"expected a number, got {value!r}") from None
-        elif kind == "bool":
-            kw[target] = option_value(name, value, boolean)
-        else:
-            kw[target] = value
-    if token is not None and token_file is not None:
-        raise OptionError(CLIENT_PREFIX + "authToken", "give authToken or authTokenFile, not both")
-    auth = parse_auth(plugin.get("auth_plugin"), plugin.get("auth_params"))
-    if auth is not None and (token is not None or token_file is not None):
-        raise OptionError(
-            CLIENT_PREFIX + "authPluginClassName",
-            "give authPluginClassName or authToken/authTokenFile, not both",
-        )
-    return ClientSettings(url, kw, token, token_file, auth)

@@ -28,17 +28,16 @@ without limits nothing is scanned.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import uuid
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.compute as pc
 
 from pipelines.errors import CorruptMessageError, MissingTopicError, OptionError, PipelinesError
-from pipelines.options.grammar import ClientSettings
+from pipelines.options.client import ClientSettings
 from pipelines.state.positions import Offsets, Position, partition_of
 from pipelines.suggest import closest
 from pulsarwire import TopicName
@@ -70,27 +69,12 @@ class TopicSelector:
     pattern: str | None = None
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> TopicSelector:
-        given = [k for k in ("topic", "topics", "topicsPattern") if options.get(k)]
-        if len(given) != 1:
-            raise OptionError(
-                "topic",
-                "give exactly one of topic, topics, topicsPattern"
-                + (f" (got {', '.join(given)})" if given else ""),
-            )
-        key = given[0]
-        value = options[key]
-        if key == "topicsPattern":
-            pattern = full_topic_name(value)
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise OptionError("topicsPattern", f"not a regular expression: {exc}") from None
-            return cls(pattern=pattern)
-        names = tuple(full_topic_name(t) for t in value.split(",") if t.strip())
-        if not names:
-            raise OptionError(key, "no topic named")
-        return cls(topics=names)
+    def of(cls, topic: str | None, topics: list[str] | None, pattern: str | None) -> TopicSelector:
+        """The selector of validated source options (exactly one of the three is set)."""
+        if pattern is not None:
+            return cls(pattern=full_topic_name(pattern))
+        names = [topic] if topic is not None else topics or []
+        return cls(topics=tuple(full_topic_name(t) for t in names))
 
     def namespace(self) -> str:
         assert self.pattern is not None

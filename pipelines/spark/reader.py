@@ -1,6 +1,6 @@
 """The ``pulsarwire`` source: ``spark.read`` and ``spark.readStream`` over Pulsar topics.
 
-Options follow Spark's Kafka source (see :class:`SourceOptions`). The driver
+Options follow Spark's Kafka source (:class:`pipelines.options.source.SourceOptions`). The driver
 (:class:`PulsarBatchReader`, :class:`PulsarStreamReader`) resolves the
 topic-partitions, the last message of each and — with admission control — how
 far each partition may go in this batch (:mod:`pipelines.spark.planner`). Each Spark
@@ -70,25 +70,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from pipelines.errors import CorruptMessageError, DataLossError, OffsetsAheadError, OptionError
+from pipelines.options.client import ClientSettings
+from pipelines.options.grammar import Spec, duration_ms, position_spec
+from pipelines.options.source import SourceOptions
+from pipelines.spark.planner import PlanCancelled, Planner, TopicSelector, full_topic_name
+from pipelines.state.positions import Offsets, Position, partition_of
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import CorruptMessageError as CorruptEntry
 from pulsarwire.errors import OperationTimeoutError
-
-from pipelines.errors import CorruptMessageError, DataLossError, OffsetsAheadError, OptionError
-from pipelines.options.grammar import (
-    ClientSettings,
-    Spec,
-    client_settings,
-    duration_ms,
-    offsets_spec,
-    opt_bool,
-    opt_choice,
-    opt_int,
-    option_value,
-    time_ms,
-)
-from pipelines.spark.planner import PlanCancelled, Planner, TopicSelector, full_topic_name
-from pipelines.state.positions import Offsets, Position, partition_of
 
 log = logging.getLogger("pipelines.spark.reader")
 
@@ -109,33 +99,6 @@ _COLUMNS = (
     ("sequenceId", "sequence_id"),
 )
 
-KNOWN_OPTIONS = {
-    "service.url",
-    "topic",
-    "topics",
-    "topicspattern",
-    "startingoffsets",
-    "endingoffsets",
-    "startingtime",
-    "endingtime",
-    "maxmessagespertrigger",
-    "maxbytespertrigger",
-    "minmessagespertrigger",
-    "maxtriggerdelay",
-    "failondataloss",
-    "subscriptionname",
-    "polltimeoutms",
-    "schema",
-    "includeproperties",
-    "offsetstore",
-    "job",
-    "receiverqueuesize",
-    "oncorruptmessage",
-    "waitfortopic",
-}
-
-#: onCorruptMessage values, the default first
-ON_CORRUPT = ("fail", "skip", "quarantine")
 #: onCorruptMessage -> what pulsarwire's read_arrow makes of a corrupt entry
 _BULK_ON_CORRUPT = {"fail": "raise", "skip": "skip", "quarantine": "rows"}
 #: the columns quarantine adds (null on every row that is not a corrupt message)
@@ -146,13 +109,16 @@ def source_schema(options: Mapping[str, str]) -> StructType:
     """The row schema (``includeProperties=false`` drops the properties column).
 
     ``schema=auto`` fetches the topics' schema and types ``value`` by it (:mod:`pipelines.spark.schemas`).
+    Raises OptionError for bad options.
     """
-    include = opt_bool(options, "includeProperties", True)
+    opts = SourceOptions.from_spark(options)
     value: Any = BinaryType()
-    if schema_mode(options) == "auto":
+    if opts.schema_ == "auto":
         from pipelines.spark.schemas import value_type
 
-        value = value_type(options)
+        value = value_type(
+            opts.client_settings(), TopicSelector.of(opts.topic, opts.topics, opts.topics_pattern)
+        )
     fields = [
         StructField("key", BinaryType()),
         StructField("value", value),
@@ -168,24 +134,14 @@ def source_schema(options: Mapping[str, str]) -> StructType:
         StructField("producerName", StringType()),
         StructField("sequenceId", LongType()),
     ]
-    if not include:
+    if not opts.include_properties:
         fields = [f for f in fields if f.name != "properties"]
-    if on_corrupt_mode(options) == "quarantine":
+    if opts.on_corrupt_message == "quarantine":
         fields += [StructField(CORRUPT_REASON, StringType()), StructField(CORRUPT_BYTES, BinaryType())]
     return StructType(fields)
 
 
 # -- options -----------------------------------------------------------------------------
-def schema_mode(options: Mapping[str, str]) -> str:
-    """The ``schema`` option: ``raw`` (default) or ``auto``. Raises OptionError."""
-    return opt_choice(options, "schema", ("raw", "auto"))
-
-
-def on_corrupt_mode(options: Mapping[str, str]) -> str:
-    """The ``onCorruptMessage`` option: ``fail`` (default), ``skip`` or ``quarantine``. Raises OptionError."""
-    return opt_choice(options, "onCorruptMessage", ON_CORRUPT)
-
-
 @dataclass(frozen=True)
 class Bound:
     """startingOffsets/endingOffsets/startingTime/endingTime as given (resolved on the driver)."""
@@ -195,21 +151,19 @@ class Bound:
     time_ms: int = 0
 
 
-def _parse_bound(options: Mapping[str, str], offsets_key: str, time_key: str, default: str) -> Bound:
-    text = options.get(offsets_key)
-    t = options.get(time_key)
-    if text is not None and t is not None:
-        raise OptionError(time_key, f"give {offsets_key} or {time_key}, not both")
-    if t is not None:
-        return Bound("time", time_ms=option_value(time_key, t, time_ms))
-    spec = default if text is None else option_value(offsets_key, text, offsets_spec)
+def _bound(offsets: str | dict[str, str] | None, time: int | None, default: str) -> Bound:
+    if time is not None:
+        return Bound("time", time_ms=time)
+    spec = default if offsets is None else offsets
     if isinstance(spec, str):
         return Bound(spec)
-    return Bound("json", {full_topic_name(k): v for k, v in spec.items()})
+    return Bound("json", {full_topic_name(k): position_spec(v) for k, v in spec.items()})
 
 
 @dataclass(frozen=True)
-class SourceOptions:
+class SourceSettings:
+    """The validated options of one query as the driver and the executors use them."""
+
     settings: ClientSettings
     selector: TopicSelector
     starting: Bound
@@ -227,6 +181,7 @@ class SourceOptions:
     job: str | None
     schema_mode: str = "raw"
     on_corrupt: str = "fail"
+    wait_for_topic: bool = False
 
     @property
     def scan_on_corrupt(self) -> str:
@@ -234,73 +189,34 @@ class SourceOptions:
         scan fails too, otherwise it counts as one row (the executors skip or quarantine it)."""
         return "raise" if self.on_corrupt == "fail" else "rows"
 
-    wait_for_topic: bool = False
-
     @classmethod
-    def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
-        unknown = sorted(
-            k
-            for k in options
-            if k.lower() not in KNOWN_OPTIONS and not k.lower().startswith("pulsar.client.")
-        )
-        if unknown:
-            raise OptionError(unknown[0], "unknown option for format('pulsarwire')")
-        settings = client_settings(options)
-        selector = TopicSelector.from_options(options)
-        starting = _parse_bound(
-            options, "startingOffsets", "startingTime", "latest" if streaming else "earliest"
-        )
-        ending = _parse_bound(options, "endingOffsets", "endingTime", "latest")
-        if streaming and ("endingOffsets" in options or "endingTime" in options):
-            raise OptionError("endingOffsets", "only for batch queries (spark.read), not for readStream")
-        if ending.kind == "earliest":
-            raise OptionError("endingOffsets", "earliest is not a valid end")
-        max_rows = opt_int(options, "maxMessagesPerTrigger", None, 1)
-        max_bytes = opt_int(options, "maxBytesPerTrigger", None, 1)
-        min_rows = opt_int(options, "minMessagesPerTrigger", None, 1)
-        if not streaming:
-            for k in ("maxMessagesPerTrigger", "maxBytesPerTrigger", "minMessagesPerTrigger"):
-                if k in options:
-                    raise OptionError(k, "only for streaming queries (spark.readStream)")
-        if min_rows is not None and max_rows is not None and min_rows > max_rows:
-            raise OptionError(
-                "minMessagesPerTrigger", f"{min_rows} is above maxMessagesPerTrigger {max_rows}"
-            )
-        delay = options.get("maxTriggerDelay")
-        if delay is not None and min_rows is None:
-            raise OptionError("maxTriggerDelay", "only meaningful with minMessagesPerTrigger")
-        subscription = options.get("subscriptionName")
+    def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceSettings:
+        """Validate ``options`` (:class:`~pipelines.options.source.SourceOptions`). Raises OptionError."""
+        o = SourceOptions.from_spark(options, streaming=streaming)
+        selector = TopicSelector.of(o.topic, o.topics, o.topics_pattern)
+        subscription = o.subscription
         if streaming and not subscription:
-            digest = hashlib.sha1(repr((selector, options.get("job"))).encode()).hexdigest()[:12]
+            digest = hashlib.sha1(repr((selector, o.job)).encode()).hexdigest()[:12]
             subscription = f"pipelines-{digest}"
-        wait_for_topic = opt_bool(options, "waitForTopic", False)
-        if wait_for_topic and not streaming:
-            raise OptionError("waitForTopic", "only for streaming queries (spark.readStream)")
-        store = options.get("offsetStore")
-        job = options.get("job")
-        if store is not None and not job:
-            raise OptionError("job", "required with offsetStore (the job whose positions to resume from)")
         return cls(
-            settings=settings,
+            settings=o.client_settings(),
             selector=selector,
-            starting=starting,
-            ending=ending,
-            max_rows=max_rows,
-            max_bytes=max_bytes,
-            min_rows=min_rows,
-            max_trigger_delay_ms=option_value("maxTriggerDelay", delay, duration_ms)
-            if delay
-            else 15 * 60_000,
-            fail_on_data_loss=opt_bool(options, "failOnDataLoss", True),
+            starting=_bound(o.starting_offsets, o.starting_time, "latest" if streaming else "earliest"),
+            ending=_bound(o.ending_offsets, o.ending_time, "latest"),
+            max_rows=o.max_messages_per_trigger,
+            max_bytes=o.max_bytes_per_trigger,
+            min_rows=o.min_messages_per_trigger,
+            max_trigger_delay_ms=duration_ms(o.max_trigger_delay),
+            fail_on_data_loss=o.fail_on_data_loss,
             subscription=subscription if streaming else None,
-            poll_timeout_ms=opt_int(options, "pollTimeoutMs", 30_000, 1) or 30_000,
-            include_properties=opt_bool(options, "includeProperties", True),
-            receiver_queue_size=opt_int(options, "receiverQueueSize", 10_000, 1) or 10_000,
-            offset_store=store,
-            job=job,
-            schema_mode=schema_mode(options),
-            on_corrupt=on_corrupt_mode(options),
-            wait_for_topic=wait_for_topic,
+            poll_timeout_ms=o.poll_timeout_ms,
+            include_properties=o.include_properties,
+            receiver_queue_size=o.receiver_queue_size,
+            offset_store=o.offset_store,
+            job=o.job,
+            schema_mode=o.schema_,
+            on_corrupt=o.on_corrupt_message,
+            wait_for_topic=o.wait_for_topic,
         )
 
 
@@ -339,7 +255,7 @@ def resolve_end(planner: Planner, bound: Bound, partitions: list[str], latest: O
     return Offsets({tp: min(_spec(bound.per_topic[tp], latest[tp]), latest[tp]) for tp in partitions})
 
 
-def bounds(opts: SourceOptions, *, ends_only: bool = False) -> tuple[Offsets, Offsets]:
+def bounds(opts: SourceSettings, *, ends_only: bool = False) -> tuple[Offsets, Offsets]:
     """(start, end) of a bounded read of every selected topic-partition, resolved now.
 
     With ``ends_only`` the start is left empty (no seek by time is spent on it).
@@ -497,7 +413,7 @@ def _data_loss(r: ReadRange, after: str, upto: str) -> None:
     log.warning("%s: data loss, messages after %s up to %s are gone; continuing", r.topic, after, upto)
 
 
-def _ranges(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartition]:
+def _ranges(opts: SourceSettings, start: Offsets, end: Offsets) -> list[InputPartition]:
     from pipelines.spark.schemas import value_schema_for
 
     value_schema = value_schema_for(opts) if opts.schema_mode == "auto" else None
@@ -525,8 +441,8 @@ def _ranges(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPart
 class PulsarBatchReader(DataSourceReader):
     """``spark.read.format("pulsarwire")``: a bounded read from startingOffsets to endingOffsets."""
 
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        self.opts = SourceOptions.parse(options, streaming=False)
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.opts = SourceSettings.parse(options, streaming=False)
 
     def partitions(self) -> list[InputPartition]:
         start, end = bounds(self.opts)
@@ -595,8 +511,8 @@ class _PlanAhead:
 class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("pulsarwire")`` with admission control and Trigger.AvailableNow."""
 
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        self.opts = SourceOptions.parse(options, streaming=True)
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.opts = SourceSettings.parse(options, streaming=True)
         self._planner: Planner | None = None
         self._target: Offsets | None = None  # Trigger.AvailableNow: never read past this
         self._first_call = True
@@ -821,7 +737,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def lag_planner(options: Mapping[str, str]) -> Planner:
     """A planner on the stream's durable subscription, for :func:`subscription_lag` (close it)."""
-    opts = SourceOptions.parse(options, streaming=True)
+    opts = SourceSettings.parse(options, streaming=True)
     return Planner(opts.settings, opts.selector, subscription=opts.subscription)
 
 

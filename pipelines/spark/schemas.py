@@ -70,8 +70,8 @@ from pyspark.sql.types import (
 )
 
 from pipelines.errors import OptionError, PipelinesError
-from pipelines.options.grammar import ClientSettings, client_settings
-from pipelines.spark.planner import Planner, TopicSelector
+from pipelines.options.client import ClientSettings
+from pipelines.spark.planner import Planner
 from pulsarwire import TopicName
 
 log = logging.getLogger("pipelines.spark.reader")
@@ -867,10 +867,9 @@ def cached_value_schema(
     return vs
 
 
-def value_type(options: Mapping[str, str]) -> DataType:
-    """The Spark type of ``value`` under ``schema=auto`` (fetches the schema; raises OptionError)."""
-
-    vs = cached_value_schema(client_settings(options), TopicSelector.from_options(options))
+def value_type(settings: ClientSettings, selector: Any) -> DataType:
+    """The Spark type of ``value`` under ``schema=auto`` (fetches the schema of the selected topics)."""
+    vs = cached_value_schema(settings, selector)
     return BinaryType() if vs is None else vs.spark_type()
 
 

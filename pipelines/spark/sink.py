@@ -30,7 +30,6 @@ the topic or namespace a replay duplicates rows.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -40,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from pipelines.errors import OptionError, SinkError, describe
-from pipelines.options.grammar import CLIENT_PREFIX, ClientSettings, client_settings, opt_bool, opt_int
+from pipelines.options.client import ClientSettings
+from pipelines.options.sink import MAX_BATCH_ID, SinkOptions
 from pipelines.spark.planner import full_topic_name
 from pulsarwire import TopicName
 from pulsarwire.client.blocking import CompressionType
@@ -71,37 +71,17 @@ log = logging.getLogger("pipelines.spark.sink")
 #: sequence id = batch_id << ROW_BITS | row index within the task
 ROW_BITS = 32
 MAX_ROWS_PER_TASK = 2**ROW_BITS
-#: keeps every sequence id below 2**63 (Pulsar's sequence ids are Java longs)
-MAX_BATCH_ID = 2**31 - 1
-MAX_PREFIX_LENGTH = 200
 #: how long a task waits for its producer name while an earlier attempt of it still holds the name
 PRODUCER_BUSY_WAIT_SECONDS = 120.0
 
 #: the input columns the sink understands
 COLUMNS = ("value", "key", "topic", "properties", "eventTime")
 
-#: sink options (canonical spelling); Spark hands them over lower-cased
-_OPTIONS = (
-    "service.url",
-    "topic",
-    "batchingEnabled",
-    "batchingMaxMessages",
-    "batchingMaxPublishDelayMs",
-    "compressionType",
-    "maxPendingMessages",
-    "sendTimeoutMs",
-    "hashingScheme",
-    "producerNamePrefix",
-    "batchId",
-    "ignoreExtraColumns",
-)
-#: put there by Spark itself (writeStream's checkpointLocation)
-_SPARK_OPTIONS = ("checkpointlocation",)
-
+#: compressionType -> the producer's codec
 _COMPRESSION = {
     "NONE": CompressionType.NONE,
     "LZ4": CompressionType.LZ4,
-    "ZLIB": CompressionType.ZLIB,
+    "ZLIB": CompressionType.ZLib,
     "ZSTD": CompressionType.ZSTD,
     "SNAPPY": CompressionType.SNAPPY,
 }
@@ -185,94 +165,28 @@ def _check_columns(schema: StructType, ignore_extra: bool) -> frozenset[str]:
     return frozenset(n for n in fields if n in expected)
 
 
-def _known_options(opts: Mapping[str, str]) -> dict[str, str]:
-    """The sink options by canonical name; raises OptionError for an unknown one."""
-    canonical = {name.lower(): name for name in _OPTIONS}
-    out: dict[str, str] = {}
-    for key, value in opts.items():
-        low = key.lower()
-        if low.startswith(CLIENT_PREFIX) or low in _SPARK_OPTIONS:
-            continue
-        if low not in canonical:
-            if low == "path":
-                raise OptionError("path", "the sink takes no path: give the topic option or a topic column")
-            near = difflib.get_close_matches(low, list(canonical), n=1)
-            hint = f"did you mean {canonical[near[0]]}? " if near else ""
-            known = ", ".join(_OPTIONS)
-            raise OptionError(key, f"unknown sink option ({hint}known: {known}, pulsar.client.*)")
-        out[canonical[low]] = value
-    return out
-
-
 def sink_settings(options: Mapping[str, str], schema: StructType, *, streaming: bool) -> SinkSettings:
-    """Validate the options and the input columns of a write.
+    """Validate the options (:class:`~pipelines.options.sink.SinkOptions`) and the input columns of a write.
 
     Raises OptionError (naming the option) for a missing, unknown or malformed option and
     SinkError for missing, mistyped or unknown input columns.
     """
-    opts = {k.lower(): v for k, v in options.items()}
-    client = client_settings(opts)
-    o = _known_options(opts)
-    columns = _check_columns(schema, opt_bool(o, "ignoreExtraColumns", False))
-
-    topic = o.get("topic")
-    if topic is not None and not topic.strip():
-        raise OptionError("topic", "must not be empty")
-    if topic is None and "topic" not in columns:
+    o = SinkOptions.from_spark(options, streaming=streaming)
+    client = o.client_settings()
+    columns = _check_columns(schema, o.ignore_extra_columns)
+    if o.topic is None and "topic" not in columns:
         raise OptionError("topic", "required: give the topic option or a 'topic' column")
-
-    config: dict[str, Any] = {"batching_enabled": opt_bool(o, "batchingEnabled", True)}
-    for name, target, minimum in (
-        ("batchingMaxMessages", "batching_max_messages", 1),
-        ("batchingMaxPublishDelayMs", "batching_max_publish_delay_ms", 0),
-        ("maxPendingMessages", "max_pending_messages", 1),
-        ("sendTimeoutMs", "send_timeout_millis", 0),
-    ):
-        value = opt_int(o, name, None, minimum)
-        if value is not None:
-            config[target] = value
-    if "compressionType" in o:
-        codec = o["compressionType"].strip().upper()
-        if codec not in _COMPRESSION:
-            raise OptionError(
-                "compressionType", f"expected one of {', '.join(_COMPRESSION)}, got {o['compressionType']!r}"
-            )
-        config["compression_type"] = _COMPRESSION[codec]
-    scheme_name = o.get("hashingScheme", HashingScheme.JavaStringHash.value).strip()
-    schemes = {s.value.lower(): s for s in HashingScheme}
-    if scheme_name.lower() not in schemes:
-        known = ", ".join(s.value for s in HashingScheme)
-        raise OptionError("hashingScheme", f"expected one of {known}, got {scheme_name!r}")
-    scheme = schemes[scheme_name.lower()]
-
-    prefix = o.get("producerNamePrefix")
-    if prefix is not None:
-        prefix = prefix.strip()
-        if not prefix:
-            raise OptionError("producerNamePrefix", "must not be empty")
-        if len(prefix) > MAX_PREFIX_LENGTH:
-            raise OptionError(
-                "producerNamePrefix", f"at most {MAX_PREFIX_LENGTH} characters, got {len(prefix)}"
-            )
-        if any(c.isspace() or not c.isprintable() for c in prefix):
-            raise OptionError(
-                "producerNamePrefix", f"must not contain spaces or control characters: {prefix!r}"
-            )
-    batch_id = opt_int(o, "batchId", None, 0)
-    if batch_id is not None:
-        if streaming:
-            raise OptionError("batchId", "not for streaming writes: each micro-batch uses its own batch id")
-        if prefix is None:
-            raise OptionError("batchId", "only meaningful with producerNamePrefix (exactly-once mode)")
-        if batch_id > MAX_BATCH_ID:
-            raise OptionError("batchId", f"must be <= {MAX_BATCH_ID} (2**31 - 1), got {batch_id}")
-    elif prefix is not None and not streaming:
-        raise OptionError(
-            "batchId",
-            "required with producerNamePrefix on a batch write: an integer >= 0 naming this write; "
-            "rerunning the same data with the same batchId publishes it only once",
-        )
-    return SinkSettings(client, topic, config, scheme, prefix, batch_id, columns)
+    config: dict[str, Any] = {
+        "batching_enabled": o.batching,
+        "batching_max_messages": o.batching_max_messages,
+        "batching_max_publish_delay_ms": o.batching_max_publish_delay_ms,
+        "max_pending_messages": o.max_pending_messages,
+        "send_timeout_millis": o.send_timeout_ms,
+        "compression_type": _COMPRESSION[o.compression],
+    }
+    return SinkSettings(
+        client, o.topic, config, HashingScheme(o.hashing_scheme), o.producer_name_prefix, o.batch_id, columns
+    )
 
 
 # -- sequence ids and names -----------------------------------------------------------

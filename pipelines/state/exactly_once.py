@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.errors import PipelinesError
-from pipelines.options.grammar import CLIENT_PREFIX, client_settings
+from pipelines.options.client import CLIENT_PREFIX, client_settings
 from pipelines.spark.planner import Planner, TopicSelector
 from pipelines.state.delta import commit_metadata, write_idempotent
 from pipelines.state.offsets import OffsetStore

@@ -599,6 +599,10 @@ class Client(_Closeable):
         self._stopped = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            # an unclosed loop is closed by its finalizer, which can run during interpreter
+            # shutdown after its self-pipe is gone ("Exception ignored in BaseEventLoop.__del__")
+            self._loop.close()
 
 
 async def _make_core(service_url: str, options: dict[str, Any]) -> AsyncClient:

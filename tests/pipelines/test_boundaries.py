@@ -64,8 +64,7 @@ def test_pulsarwire_never_imports_pyspark() -> None:
     offenders = [
         str(path.relative_to(ROOT))
         for path in sorted((ROOT / "pulsarwire").rglob("*.py"))
-        if "pyspark" in path.read_text()
-        and any(n.split(".")[0] == "pyspark" for n in _all_imports(path))
+        if "pyspark" in path.read_text() and any(n.split(".")[0] == "pyspark" for n in _all_imports(path))
     ]
     assert offenders == []
 
@@ -86,7 +85,8 @@ def test_validate_and_list_load_no_pyspark(command: list[str]) -> None:
         "import sys\n"
         "from pipelines.jobs.cli import main\n"
         f"code = main({command!r})\n"
-        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark' or m == 'pipelines.jobs.runner')\n"
+        "spark = lambda m: m.split('.')[0] == 'pyspark' or m == 'pipelines.jobs.runner'\n"
+        "loaded = sorted(m for m in sys.modules if spark(m))\n"
         "print('LOADED', loaded, 'EXIT', code)\n"
     )
     proc = subprocess.run(

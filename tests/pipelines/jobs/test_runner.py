@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.jobs.cli import main as cli
 from jobs.demo import produce
+from pipelines.jobs.cli import main as cli
 from pipelines.jobs.testing import backfill, run_job
 from pulsarwire.broker import Broker
 from tests.pipelines.spark.test_sink import read_topic

@@ -59,6 +59,7 @@ from pyspark.sql.types import (
 )
 
 from pipelines.errors import OptionError, PipelinesError
+from pipelines.options.source import SourceOptions
 from pipelines.spark.schemas import (
     SchemaDecodeError,
     ValueSchema,
@@ -67,7 +68,6 @@ from pipelines.spark.schemas import (
     parse_avro,
     spark_type,
 )
-from pipelines.spark.reader import schema_mode
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
 from pulsarwire.client.schema import TYPE_NAMES, SchemaInfo
@@ -585,11 +585,12 @@ def test_stream_with_schema_auto(spark: Any, dedup_broker: Broker, topic_name: s
 
 
 def test_schema_option_values(spark: Any, dedup_broker: Broker, topic_name: str) -> None:
-    assert schema_mode({}) == "raw"
-    assert schema_mode({"schema": " AUTO "}) == "auto"
-    with pytest.raises(OptionError, match="schema: expected raw or auto, got 'avro'"):
-        schema_mode({"schema": "avro"})
-    with pytest.raises(Exception, match="expected raw or auto"):
+    base = {"service.url": dedup_broker.service_url, "topic": topic_name}
+    assert SourceOptions.from_spark(base).schema_ == "raw"
+    assert SourceOptions.from_spark({**base, "schema": " AUTO "}).schema_ == "auto"
+    with pytest.raises(OptionError, match="schema: expected one of raw, auto, got 'avro'"):
+        SourceOptions.from_spark({**base, "schema": "avro"})
+    with pytest.raises(Exception, match="expected one of raw, auto"):
         spark.read.format("pulsarwire").option("service.url", dedup_broker.service_url).option(
             "topic", topic_name
         ).option("schema", "avro").load()

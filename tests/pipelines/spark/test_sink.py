@@ -21,7 +21,7 @@ import pytest
 from pyspark.sql import types as T
 
 from pipelines.errors import OptionError, SinkError
-from pipelines.options.grammar import client_settings
+from pipelines.options.client import client_settings
 from pipelines.spark.sink import (
     MAX_BATCH_ID,
     MAX_ROWS_PER_TASK,
@@ -426,7 +426,7 @@ URL = {"service.url": "pulsar://127.0.0.1:6650"}
             {**URL, "topic": "t", "producerNamePrefx": "job"},
             [VALUE],
             OptionError,
-            "producernameprefx: unknown sink option (did you mean producerNamePrefix? known: service.url, "
+            "producerNamePrefx: unknown sink option (did you mean producerNamePrefix? known: service.url, "
             "topic, batchingEnabled",
         ),
         ({**URL, "topic": "t", "path": "/x"}, [VALUE], OptionError, "path: the sink takes no path"),
@@ -464,8 +464,11 @@ def test_settings_accept_spark_spellings_and_extra_columns() -> None:
     s = sink_settings(options, schema, streaming=True)
     assert s.columns == {"value", "topic"}
     assert s.topic is None
-    assert s.producer_config == {
+    assert s.producer_config == {  # the options given, the sink's defaults for the others
         "batching_enabled": False,
+        "batching_max_messages": 1000,
+        "batching_max_publish_delay_ms": 10,
+        "max_pending_messages": 1000,
         "send_timeout_millis": 5000,
         "compression_type": 1,
     }

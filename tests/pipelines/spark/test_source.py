@@ -332,10 +332,10 @@ def test_option_errors_reach_the_user(spark: Any, dedup_broker: Broker) -> None:
 def test_subscription_lag_counts_what_is_not_committed(
     dedup_broker: Broker, topic_name: str, produce
 ) -> None:
-    from pipelines.options.grammar import client_settings
+    from pipelines.options.client import client_settings
     from pipelines.spark.planner import Planner, TopicSelector
-    from pipelines.state.positions import Offsets, Position
     from pipelines.spark.reader import subscription_lag
+    from pipelines.state.positions import Offsets, Position
 
     url = dedup_broker.service_url
     dedup_broker.create_partitioned_topic(topic_name, 2)
