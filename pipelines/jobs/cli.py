@@ -12,7 +12,7 @@ no Spark) and then hand it to :mod:`pipelines.jobs.runner` (imported only then, 
 checks and print what a run would read. Every command takes ``--env`` (the profile,
 default ``local``), ``--set key.path=value`` (repeatable), ``--conf-dir`` and ``-v``
 (before or after the command). Position arguments (``--from``, ``--to``) are parsed here:
-the runner receives :class:`~pipelines.jobs.models.Bound` values for ``--from``, ``--to``
+the runner receives :class:`~pipelines.options.bound.Bound` values for ``--from``, ``--to``
 and ``offsets reset --to``.
 
 Errors are short: the problem lines of an invalid job, or ``error: <one line>`` followed
@@ -39,8 +39,9 @@ from typing import Any
 from pipelines.errors import JobError, short_error
 from pipelines.jobs import preflight, stopping
 from pipelines.jobs.config import display_path, dump_yaml, find_jobs, load_job, redacted
-from pipelines.jobs.models import Bound, BoundError, Job, parse_bound
+from pipelines.jobs.models import Job
 from pipelines.masking import mask
+from pipelines.options.bound import Bound, BoundError, parse_bound
 from pulsarwire import __version__
 
 __all__ = ["build_parser", "main"]

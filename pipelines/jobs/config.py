@@ -43,8 +43,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipelines.errors import JobError
-from pipelines.jobs.models import Job, format_path
+from pipelines.jobs.models import Job
 from pipelines.masking import is_secret_key, mask, mask_data, remember, secret_values
+from pipelines.options.bound import format_path
 from pipelines.options.grammar import kind_of, show
 from pipelines.options.model import Loc
 from pipelines.suggest import did_you_mean

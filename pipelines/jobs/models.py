@@ -43,9 +43,10 @@ from pydantic import (
 
 from pipelines.errors import JobError
 from pipelines.masking import mask, mask_data
+from pipelines.options.bound import Bound
 from pipelines.options.client import CLIENT_PREFIX, ClientFields, ServiceUrl
-from pipelines.options.grammar import GrammarError, duration_ms, kind_of, show, time_ms
-from pipelines.options.model import Loc, NonNegInt, PosInt, Text, offsets_value, option, problem, problems
+from pipelines.options.grammar import GrammarError, duration_ms, kind_of, show
+from pipelines.options.model import Loc, NonNegInt, PosInt, Text, option, problem, problems
 from pipelines.options.sink import SinkFields
 from pipelines.options.source import SourceFields
 from pipelines.state.delta import is_table_name
@@ -53,8 +54,6 @@ from pipelines.suggest import did_you_mean
 
 __all__ = [
     "Backfill",
-    "Bound",
-    "BoundError",
     "ClientConfig",
     "ConsoleSink",
     "DeltaSink",
@@ -69,8 +68,6 @@ __all__ = [
     "Transform",
     "Trigger",
     "duration_ms",
-    "format_path",
-    "parse_bound",
     "problem",
 ]
 
@@ -78,22 +75,6 @@ __all__ = [
 T = TypeVar("T")
 
 # -- problems and paths ------------------------------------------------------------------------
-
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def format_path(parts: Loc) -> str:
-    """``("spark", "conf", "spark.ui.enabled")`` → ``spark.conf["spark.ui.enabled"]``; ints → ``[0]``."""
-    out = ""
-    for p in parts:
-        if isinstance(p, int):
-            out += f"[{p}]"
-        elif _PLAIN_KEY.fullmatch(p):
-            out += f".{p}" if out else p
-        else:
-            out += "[" + json.dumps(p) + "]"
-    return out
-
 
 # -- scalar types ----------------------------------------------------------------------------
 
@@ -137,10 +118,6 @@ ConfValue = Annotated[str, BeforeValidator(_scalar_text)]
 # -- positions and bounds -------------------------------------------------------------------
 
 
-class BoundError(ValueError):
-    """A ``--from``/``--to`` value or a ``backfill`` bound is not a position, time or offsets mapping."""
-
-
 class Section(BaseModel):
     """Base of every job section: unknown keys are errors, secrets never reach a repr."""
 
@@ -154,74 +131,6 @@ class Section(BaseModel):
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for name, value in super().__repr_args__():
             yield name, mask_data(value, key=name)
-
-
-class Bound(Section):
-    """Where a bounded read starts or ends: earliest, latest, a time, or per-partition positions.
-
-    Written as ``earliest`` | ``latest`` | milliseconds | an ISO-8601 time | a mapping (or its
-    JSON text) of topic-partition → ``ledger:entry:batch``. Build one with :func:`parse_bound`.
-    """
-
-    kind: Literal["earliest", "latest", "time", "offsets"]
-    time_ms: int | None = None
-    offsets: dict[str, str] | None = None
-    text: str | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _parse(cls, data: Any) -> Any:
-        if isinstance(data, Bound):
-            return data
-        if isinstance(data, str) and data.strip().lower() in ("earliest", "latest"):
-            return {"kind": data.strip().lower()}
-        if isinstance(data, dict) or (isinstance(data, str) and data.strip().startswith("{")):
-            return {"kind": "offsets", "offsets": offsets_value(data)}
-        try:
-            return {"kind": "time", "time_ms": time_ms(data), "text": str(data)}
-        except GrammarError:
-            raise problem(
-                "expected earliest, latest, a time (milliseconds or ISO-8601) or a mapping of "
-                f"topic-partition to 'ledger:entry:batch', got {show(data)}"
-            ) from None
-
-    @model_serializer(mode="plain")
-    def _dump(self) -> Any:
-        if self.kind in ("earliest", "latest"):
-            return self.kind
-        if self.kind == "time":
-            return self.text if self.text is not None else self.time_ms
-        return dict(self.offsets or {})
-
-    def options(self, end: bool = False) -> dict[str, str]:
-        """``startingOffsets``/``startingTime`` (``ending*`` with ``end``) for the source."""
-        prefix = "ending" if end else "starting"
-        if self.kind == "time":
-            return {f"{prefix}Time": str(self.time_ms)}
-        if self.kind == "offsets":
-            return {f"{prefix}Offsets": json.dumps(self.offsets, separators=(",", ":"))}
-        return {f"{prefix}Offsets": self.kind}
-
-
-def parse_bound(value: Any, *, end: bool = False) -> Bound:
-    """A :class:`Bound` from a CLI string or YAML value; ``end`` refuses ``earliest``.
-
-    A string starting with ``{`` is JSON. Raises :class:`BoundError` with a short message.
-    """
-    from pydantic import ValidationError
-
-    try:
-        bound = Bound.model_validate(value)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        found = (err.get("ctx") or {}).get("problems")
-        if found:
-            where, message = found[0]
-            raise BoundError(f"{format_path(where)}: {message}" if where else message) from None
-        raise BoundError(err["msg"]) from None
-    if end and bound.kind == "earliest":
-        raise BoundError("earliest is not a valid end")
-    return bound
 
 
 # -- client and connection ------------------------------------------------------------------

@@ -81,10 +81,11 @@ from pipelines.errors import (
     short_error,
     task_errors,
 )
-from pipelines.jobs.models import Bound, Job
+from pipelines.jobs.models import Job
 from pipelines.jobs.preflight import checkpoint_offsets, stored_offsets
 from pipelines.jobs.stopping import STOP, reclaim
 from pipelines.masking import mask
+from pipelines.options.bound import Bound
 from pipelines.options.client import client_settings
 from pipelines.spark import quarantine
 from pipelines.spark.planner import Planner, TopicSelector

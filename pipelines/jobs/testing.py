@@ -22,7 +22,8 @@ from typing import Any
 
 from pipelines.jobs import runner
 from pipelines.jobs.config import load_job
-from pipelines.jobs.models import Job, parse_bound
+from pipelines.jobs.models import Job
+from pipelines.options.bound import parse_bound
 
 
 @dataclass(frozen=True)

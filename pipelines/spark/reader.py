@@ -47,7 +47,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -71,10 +71,11 @@ from pyspark.sql.types import (
 )
 
 from pipelines.errors import CorruptMessageError, DataLossError, OffsetsAheadError, OptionError
+from pipelines.options.bound import Bound
 from pipelines.options.client import ClientSettings
-from pipelines.options.grammar import Spec, duration_ms, position_spec
+from pipelines.options.grammar import Spec, duration_ms
 from pipelines.options.source import SourceOptions
-from pipelines.spark.planner import PlanCancelled, Planner, TopicSelector, full_topic_name
+from pipelines.spark.planner import PlanCancelled, Planner, TopicSelector
 from pipelines.state.positions import Offsets, Position, partition_of
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import CorruptMessageError as CorruptEntry
@@ -142,22 +143,14 @@ def source_schema(options: Mapping[str, str]) -> StructType:
 
 
 # -- options -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Bound:
-    """startingOffsets/endingOffsets/startingTime/endingTime as given (resolved on the driver)."""
-
-    kind: str  # "earliest" | "latest" | "json" | "time"
-    per_topic: Mapping[str, Spec] = field(default_factory=dict)
-    time_ms: int = 0
-
-
 def _bound(offsets: str | dict[str, str] | None, time: int | None, default: str) -> Bound:
+    """startingOffsets/startingTime (or ending*) as one :class:`Bound` (resolved on the driver)."""
     if time is not None:
-        return Bound("time", time_ms=time)
+        return Bound.model_construct(kind="time", time_ms=time)
     spec = default if offsets is None else offsets
     if isinstance(spec, str):
-        return Bound(spec)
-    return Bound("json", {full_topic_name(k): position_spec(v) for k, v in spec.items()})
+        return Bound.model_validate(spec)
+    return Bound.model_construct(kind="offsets", offsets=dict(spec))
 
 
 @dataclass(frozen=True)
@@ -228,15 +221,17 @@ def resolve_start(planner: Planner, bound: Bound, partitions: list[str], latest:
     if bound.kind == "latest":
         return Offsets({tp: latest[tp] for tp in partitions})
     if bound.kind == "time":
+        assert bound.time_ms is not None
         out = {}
         for tp in partitions:
             pos = planner.position_before_time(tp, bound.time_ms)
             out[tp] = latest[tp] if pos is None else pos
         return Offsets(out)
-    missing = [tp for tp in partitions if tp not in bound.per_topic]
+    given = bound.positions()
+    missing = [tp for tp in partitions if tp not in given]
     if missing:
         raise OptionError("startingOffsets", f"no position for {', '.join(missing)}")
-    return Offsets({tp: _spec(bound.per_topic[tp], latest[tp]) for tp in partitions})
+    return Offsets({tp: _spec(given[tp], latest[tp]) for tp in partitions})
 
 
 def resolve_end(planner: Planner, bound: Bound, partitions: list[str], latest: Offsets) -> Offsets:
@@ -244,15 +239,17 @@ def resolve_end(planner: Planner, bound: Bound, partitions: list[str], latest: O
     if bound.kind == "latest":
         return latest
     if bound.kind == "time":
+        assert bound.time_ms is not None
         out = {}
         for tp in partitions:
             pos = planner.position_before_time(tp, bound.time_ms)
             out[tp] = latest[tp] if pos is None else min(pos, latest[tp])
         return Offsets(out)
-    missing = [tp for tp in partitions if tp not in bound.per_topic]
+    given = bound.positions()
+    missing = [tp for tp in partitions if tp not in given]
     if missing:
         raise OptionError("endingOffsets", f"no position for {', '.join(missing)}")
-    return Offsets({tp: min(_spec(bound.per_topic[tp], latest[tp]), latest[tp]) for tp in partitions})
+    return Offsets({tp: min(_spec(given[tp], latest[tp]), latest[tp]) for tp in partitions})
 
 
 def bounds(opts: SourceSettings, *, ends_only: bool = False) -> tuple[Offsets, Offsets]:

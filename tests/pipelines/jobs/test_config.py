@@ -22,8 +22,9 @@ import yaml
 from pipelines.errors import JobError
 from pipelines.jobs.cli import main
 from pipelines.jobs.config import load_job, parse_override, parse_path, redacted
-from pipelines.jobs.models import Bound, BoundError, Job, format_path, parse_bound
+from pipelines.jobs.models import Job
 from pipelines.masking import MASK
+from pipelines.options.bound import Bound, BoundError, format_path, parse_bound
 from pipelines.state.positions import Position
 
 REPO = Path(__file__).resolve().parents[3]
@@ -1087,7 +1088,7 @@ def test_a_job_files_values_mean_the_same_to_the_source(load: Callable[..., Job]
     offsets = '{"orders-partition-0": "3:4:-1", "orders-partition-1": -2}'
     job = load(INGEST.replace("topic: orders", f"topic: orders\n    starting_offsets: '{offsets}'"))
     opts = SourceSettings.parse(job.source_options(), streaming=True)
-    assert dict(opts.starting.per_topic) == {
+    assert opts.starting.positions() == {
         "persistent://public/default/orders-partition-0": Position(3, 4, -1),
         "persistent://public/default/orders-partition-1": "earliest",
     }
