@@ -43,6 +43,7 @@ from pydantic import (
 
 from pipelines.errors import JobError
 from pipelines.masking import mask, mask_data
+from pipelines.options.auth import CLASS_OF
 from pipelines.options.bound import Bound
 from pipelines.options.client import CLIENT_PREFIX, ClientFields, ServiceUrl
 from pipelines.options.grammar import GrammarError, duration_ms, kind_of, show
@@ -170,7 +171,6 @@ class AuthConfig(Section):
 
     def options(self) -> dict[str, str]:
         """``authPluginClassName`` and ``authParams`` (JSON, secrets in clear), below ``pulsar.client.``."""
-        from pipelines.options.auth import CLASS_OF
 
         if self.oauth2 is not None:
             o = self.oauth2

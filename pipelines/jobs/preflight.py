@@ -46,16 +46,11 @@ from pipelines.errors import JobError, MissingTopicError, OffsetStoreError, Opti
 from pipelines.jobs.models import Job
 from pipelines.masking import mask
 from pipelines.options.client import ClientSettings, client_settings
-from pipelines.spark.planner import Planner, TopicSelector
+from pipelines.spark.planner import Planner, SourceSettings, TopicSelector, resolve_start
 from pipelines.state.exactly_once import batch_offsets
 from pipelines.state.offsets import OffsetStore
 from pipelines.state.positions import Offsets, Position
-from pulsarwire.errors import (
-    AuthenticationError,
-    AuthorizationError,
-    PulsarWireError,
-    RemoteProtocolError,
-)
+from pulsarwire import AuthenticationError, AuthorizationError, PulsarWireError, RemoteProtocolError
 
 __all__ = ["PROBE_SECONDS", "check", "connect_failure", "plan_lines", "probe", "unwritable"]
 
@@ -347,8 +342,6 @@ def plan_lines(job: Job) -> list[str]:
     if job.source.pulsar is None:
         assert job.source.delta is not None
         return [f"reads the Delta table {job.source.delta.path} (versions after the last one published)"]
-    from pipelines.spark.reader import SourceSettings, resolve_start
-
     opts = SourceSettings.parse(job.source_options(), streaming=True)
     planner = _planner(job)
     try:

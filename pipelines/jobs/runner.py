@@ -88,15 +88,16 @@ from pipelines.masking import mask
 from pipelines.options.bound import Bound
 from pipelines.options.client import client_settings
 from pipelines.spark import quarantine
-from pipelines.spark.planner import Planner, TopicSelector
-from pipelines.spark.reader import (
+from pipelines.spark.planner import (
+    Planner,
     SourceSettings,
+    TopicSelector,
     bounds,
     lag_planner,
     resolve_start,
-    source_schema,
     subscription_lag,
 )
+from pipelines.spark.reader import source_schema
 from pipelines.spark.sink import sink_settings, write_pulsar_exactly_once
 from pipelines.state.delta import delta_spark_available, is_table_name, merge_new_rows
 from pipelines.state.exactly_once import (

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.errors import OptionError
+from pulsarwire import AuthenticationBasic, AuthenticationOauth2, AuthenticationToken
 
 PLUGIN_OPTION = "pulsar.client.authPluginClassName"
 PARAMS_OPTION = "pulsar.client.authParams"
@@ -87,7 +88,6 @@ class AuthSpec:
 
     def build(self) -> tuple[Any, dict[str, Any]]:
         """The pulsarwire provider and extra Client keywords (TLS: the certificate files)."""
-        from pulsarwire import AuthenticationBasic, AuthenticationOauth2, AuthenticationToken
 
         p = self.params
         if self.kind == "oauth2":

@@ -37,6 +37,7 @@ from pipelines.options.model import (
     option,
     problem,
 )
+from pulsarwire import AuthenticationToken, Client
 
 CLIENT_PREFIX = "pulsar.client."
 
@@ -183,8 +184,6 @@ class ClientSettings:
 
     def client(self) -> Any:
         """A new blocking :class:`pulsarwire.client.blocking.Client` (the caller closes it)."""
-        from pulsarwire.client.auth import AuthenticationToken
-        from pulsarwire.client.blocking import Client
 
         kw = dict(self.options)
         if self.auth_token is not None:

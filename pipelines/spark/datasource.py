@@ -10,20 +10,18 @@ Register it once per session with :func:`pipelines.register`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from pyspark.sql.datasource import DataSource
-
-if TYPE_CHECKING:
-    from pyspark.sql.datasource import (
-        DataSourceReader,
-        DataSourceStreamReader,
-        DataSourceStreamWriter,
-        DataSourceWriter,
-    )
-    from pyspark.sql.types import StructType
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
 
 from pipelines import FORMAT
+from pipelines.spark.reader import PulsarBatchReader, PulsarStreamReader, source_schema
+from pipelines.spark.sink import PulsarBatchWriter, PulsarStreamWriter
 
 
 class PulsarWireDataSource(DataSource):
@@ -34,26 +32,21 @@ class PulsarWireDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        from pipelines.spark.reader import source_schema
 
         return source_schema(self.options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from pipelines.spark.reader import PulsarBatchReader
 
         return PulsarBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from pipelines.spark.reader import PulsarStreamReader
 
         return PulsarStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from pipelines.spark.sink import PulsarBatchWriter
 
         return PulsarBatchWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from pipelines.spark.sink import PulsarStreamWriter
 
         return PulsarStreamWriter(self.options, schema, overwrite)

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 
 from pipelines.spark.reader import CORRUPT_BYTES, CORRUPT_REASON
 from pipelines.state.delta import write_idempotent
-from pulsarwire.codec.message_id import MessageId
+from pulsarwire import MessageId
 
 log = logging.getLogger("pipelines.spark.quarantine")
 

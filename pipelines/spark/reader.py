@@ -42,7 +42,6 @@ starts from — never ahead of what the sink committed.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -50,6 +49,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -70,16 +71,24 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipelines.errors import CorruptMessageError, DataLossError, OffsetsAheadError, OptionError
-from pipelines.options.bound import Bound
+from pipelines.errors import CorruptMessageError, DataLossError, OffsetsAheadError
 from pipelines.options.client import ClientSettings
-from pipelines.options.grammar import Spec, duration_ms
 from pipelines.options.source import SourceOptions
-from pipelines.spark.planner import PlanCancelled, Planner, TopicSelector
+from pipelines.spark.planner import (
+    Lag,
+    PlanCancelled,
+    Planner,
+    SourceSettings,
+    TopicSelector,
+    bounds,
+    resolve_start,
+)
+from pipelines.spark.schemas import value_schema_for, value_type
+from pipelines.state.offsets import OffsetStore
 from pipelines.state.positions import Offsets, Position, partition_of
-from pulsarwire.codec.message_id import MessageId
-from pulsarwire.errors import CorruptMessageError as CorruptEntry
-from pulsarwire.errors import OperationTimeoutError
+from pulsarwire import CorruptMessageError as CorruptEntry
+from pulsarwire import MessageId, OperationTimeoutError
+from pulsarwire.client.bulk import CORRUPT_REASON as BULK_REASON
 
 log = logging.getLogger("pipelines.spark.reader")
 
@@ -115,8 +124,6 @@ def source_schema(options: Mapping[str, str]) -> StructType:
     opts = SourceOptions.from_spark(options)
     value: Any = BinaryType()
     if opts.schema_ == "auto":
-        from pipelines.spark.schemas import value_type
-
         value = value_type(
             opts.client_settings(), TopicSelector.of(opts.topic, opts.topics, opts.topics_pattern)
         )
@@ -140,142 +147,6 @@ def source_schema(options: Mapping[str, str]) -> StructType:
     if opts.on_corrupt_message == "quarantine":
         fields += [StructField(CORRUPT_REASON, StringType()), StructField(CORRUPT_BYTES, BinaryType())]
     return StructType(fields)
-
-
-# -- options -----------------------------------------------------------------------------
-def _bound(offsets: str | dict[str, str] | None, time: int | None, default: str) -> Bound:
-    """startingOffsets/startingTime (or ending*) as one :class:`Bound` (resolved on the driver)."""
-    if time is not None:
-        return Bound.model_construct(kind="time", time_ms=time)
-    spec = default if offsets is None else offsets
-    if isinstance(spec, str):
-        return Bound.model_validate(spec)
-    return Bound.model_construct(kind="offsets", offsets=dict(spec))
-
-
-@dataclass(frozen=True)
-class SourceSettings:
-    """The validated options of one query as the driver and the executors use them."""
-
-    settings: ClientSettings
-    selector: TopicSelector
-    starting: Bound
-    ending: Bound
-    max_rows: int | None
-    max_bytes: int | None
-    min_rows: int | None
-    max_trigger_delay_ms: int
-    fail_on_data_loss: bool
-    subscription: str | None
-    poll_timeout_ms: int
-    include_properties: bool
-    receiver_queue_size: int
-    offset_store: str | None
-    job: str | None
-    schema_mode: str = "raw"
-    on_corrupt: str = "fail"
-    wait_for_topic: bool = False
-
-    @property
-    def scan_on_corrupt(self) -> str:
-        """What the driver's scans (admission control) make of a corrupt entry: with ``fail`` the
-        scan fails too, otherwise it counts as one row (the executors skip or quarantine it)."""
-        return "raise" if self.on_corrupt == "fail" else "rows"
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceSettings:
-        """Validate ``options`` (:class:`~pipelines.options.source.SourceOptions`). Raises OptionError."""
-        o = SourceOptions.from_spark(options, streaming=streaming)
-        selector = TopicSelector.of(o.topic, o.topics, o.topics_pattern)
-        subscription = o.subscription
-        if streaming and not subscription:
-            digest = hashlib.sha1(repr((selector, o.job)).encode()).hexdigest()[:12]
-            subscription = f"pipelines-{digest}"
-        return cls(
-            settings=o.client_settings(),
-            selector=selector,
-            starting=_bound(o.starting_offsets, o.starting_time, "latest" if streaming else "earliest"),
-            ending=_bound(o.ending_offsets, o.ending_time, "latest"),
-            max_rows=o.max_messages_per_trigger,
-            max_bytes=o.max_bytes_per_trigger,
-            min_rows=o.min_messages_per_trigger,
-            max_trigger_delay_ms=duration_ms(o.max_trigger_delay),
-            fail_on_data_loss=o.fail_on_data_loss,
-            subscription=subscription if streaming else None,
-            poll_timeout_ms=o.poll_timeout_ms,
-            include_properties=o.include_properties,
-            receiver_queue_size=o.receiver_queue_size,
-            offset_store=o.offset_store,
-            job=o.job,
-            schema_mode=o.schema_,
-            on_corrupt=o.on_corrupt_message,
-            wait_for_topic=o.wait_for_topic,
-        )
-
-
-# -- resolving bounds on the driver ----------------------------------------------------------
-def resolve_start(planner: Planner, bound: Bound, partitions: list[str], latest: Offsets) -> Offsets:
-    """Exclusive start positions for ``partitions`` (a JSON bound must name every one)."""
-    if bound.kind == "earliest":
-        return Offsets({tp: Position.EARLIEST for tp in partitions})
-    if bound.kind == "latest":
-        return Offsets({tp: latest[tp] for tp in partitions})
-    if bound.kind == "time":
-        assert bound.time_ms is not None
-        out = {}
-        for tp in partitions:
-            pos = planner.position_before_time(tp, bound.time_ms)
-            out[tp] = latest[tp] if pos is None else pos
-        return Offsets(out)
-    given = bound.positions()
-    missing = [tp for tp in partitions if tp not in given]
-    if missing:
-        raise OptionError("startingOffsets", f"no position for {', '.join(missing)}")
-    return Offsets({tp: _spec(given[tp], latest[tp]) for tp in partitions})
-
-
-def resolve_end(planner: Planner, bound: Bound, partitions: list[str], latest: Offsets) -> Offsets:
-    """Inclusive end positions (never past the last message)."""
-    if bound.kind == "latest":
-        return latest
-    if bound.kind == "time":
-        assert bound.time_ms is not None
-        out = {}
-        for tp in partitions:
-            pos = planner.position_before_time(tp, bound.time_ms)
-            out[tp] = latest[tp] if pos is None else min(pos, latest[tp])
-        return Offsets(out)
-    given = bound.positions()
-    missing = [tp for tp in partitions if tp not in given]
-    if missing:
-        raise OptionError("endingOffsets", f"no position for {', '.join(missing)}")
-    return Offsets({tp: min(_spec(given[tp], latest[tp]), latest[tp]) for tp in partitions})
-
-
-def bounds(opts: SourceSettings, *, ends_only: bool = False) -> tuple[Offsets, Offsets]:
-    """(start, end) of a bounded read of every selected topic-partition, resolved now.
-
-    With ``ends_only`` the start is left empty (no seek by time is spent on it).
-    """
-    planner = Planner(
-        opts.settings, opts.selector, poll_timeout_ms=opts.poll_timeout_ms, on_corrupt=opts.scan_on_corrupt
-    )
-    try:
-        parts = planner.partitions()
-        latest = planner.latest(parts)
-        start = Offsets() if ends_only else resolve_start(planner, opts.starting, parts, latest)
-        return start, resolve_end(planner, opts.ending, parts, latest)
-    finally:
-        planner.close()
-
-
-def _spec(spec: Spec, latest: Position) -> Position:
-    if spec == "earliest":
-        return Position.EARLIEST
-    if spec == "latest":
-        return latest
-    assert isinstance(spec, Position)
-    return spec
 
 
 # -- executor side ---------------------------------------------------------------------
@@ -318,10 +189,6 @@ def gap_after(start: Position, first: MessageId) -> bool:
 def _spark_batch(batch: Any, include_properties: bool, value_schema: Any = None) -> Any:
     """A bulk RecordBatch in the source's Spark schema (with ``corruptReason``/``corruptBytes``
     when the bulk reader made rows of corrupt entries)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from pulsarwire.client.bulk import CORRUPT_REASON as BULK_REASON
 
     reasons = batch.column(BULK_REASON) if BULK_REASON in batch.schema.names else None
     good = None if reasons is None or reasons.null_count == len(reasons) else pc.is_null(reasons)
@@ -350,8 +217,6 @@ def _spark_batch(batch: Any, include_properties: bool, value_schema: Any = None)
 
 def _values(batch: Any, good: Any, value_schema: Any) -> Any:
     """The ``value`` column: as read, or decoded under schema=auto; null on corrupt rows."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     if good is None:
         return batch.column("value") if value_schema is None else value_schema.decode(batch)
@@ -411,7 +276,6 @@ def _data_loss(r: ReadRange, after: str, upto: str) -> None:
 
 
 def _ranges(opts: SourceSettings, start: Offsets, end: Offsets) -> list[InputPartition]:
-    from pipelines.spark.schemas import value_schema_for
 
     value_schema = value_schema_for(opts) if opts.schema_mode == "auto" else None
     return [
@@ -454,18 +318,6 @@ class PulsarBatchReader(DataSourceReader):
 
 
 # -- streaming --------------------------------------------------------------------------
-@dataclass
-class Lag:
-    """Messages not yet committed per topic-partition after a batch is planned."""
-
-    per_partition: dict[str, int]
-
-    @property
-    def summary(self) -> tuple[int, float, int]:
-        v = list(self.per_partition.values()) or [0]
-        return min(v), sum(v) / len(v), max(v)
-
-
 class _PlanAhead:
     """One :meth:`Planner.advance` call run in a daemon thread; ``question`` is its arguments.
 
@@ -534,7 +386,6 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _stored(self) -> Offsets | None:
         if self.opts.offset_store is None:
             return None
-        from pipelines.state.offsets import OffsetStore
 
         assert self.opts.job is not None
         stored = OffsetStore(self.opts.offset_store).load(self.opts.job)
@@ -730,26 +581,3 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._planner is not None:
             self._planner.close()
             self._planner = None
-
-
-def lag_planner(options: Mapping[str, str]) -> Planner:
-    """A planner on the stream's durable subscription, for :func:`subscription_lag` (close it)."""
-    opts = SourceSettings.parse(options, streaming=True)
-    return Planner(opts.settings, opts.selector, subscription=opts.subscription)
-
-
-def subscription_lag(options: Mapping[str, str], planner: Planner | None = None) -> Lag:
-    """Messages not yet committed per topic-partition, from the stream's durable subscription.
-
-    ``options`` are the stream's source options; a runner calls this between batches to show
-    how far behind a job is (the broker counts the backlog; nothing is read). A runner asking
-    after every batch passes one :func:`lag_planner` instead of connecting each time.
-    """
-    own = planner is None
-    planner = planner or lag_planner(options)
-    try:
-        planner.latest(planner.partitions())  # attaches a zero-permit consumer per new partition
-        return Lag(planner.backlog())
-    finally:
-        if own:
-            planner.close()

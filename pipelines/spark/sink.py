@@ -34,22 +34,20 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, DataType, MapType, StringType, StructType, TimestampType
 
 from pipelines.errors import OptionError, SinkError, describe
 from pipelines.options.client import ClientSettings
 from pipelines.options.sink import MAX_BATCH_ID, SinkOptions
 from pipelines.spark.planner import full_topic_name
-from pulsarwire import TopicName
-from pulsarwire.client.blocking import CompressionType
+from pulsarwire import CompressionType, ProducerBusy, TopicName
 from pulsarwire.client.routing import HashingScheme, partition_for_key
-from pulsarwire.errors import ProducerBusy
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql.types import DataType, StructType
 
 __all__ = [
     "MAX_BATCH_ID",
@@ -124,7 +122,6 @@ def _type_name(dt: DataType) -> str:
 
 
 def _check_columns(schema: StructType, ignore_extra: bool) -> frozenset[str]:
-    from pyspark.sql.types import BinaryType, MapType, StringType, TimestampType
 
     fields = {f.name: f.dataType for f in schema.fields}
     allowed = ", ".join(COLUMNS)
@@ -436,8 +433,6 @@ class _TaskWriter:
 
     def _columns(self, rb: pa.RecordBatch, start: int) -> tuple[list[Any], _Col, _Col, _Col, _Col]:
         """The columns of ``rb`` as Python lists (None for an absent column); checks values and times."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         cols = self.settings.columns
         value = rb.column("value")
@@ -523,7 +518,6 @@ def _write_task(
 
 
 def _task_context() -> Any:
-    from pyspark import TaskContext
 
     ctx = TaskContext.get()
     if ctx is None:

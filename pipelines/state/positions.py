@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from pipelines.errors import OptionError
-from pulsarwire import TopicName
-from pulsarwire.codec.message_id import MessageId
+from pulsarwire import MessageId, TopicName
 
 _TEXT = re.compile(r"-?\d+:-?\d+:-?\d+")
 _WHOLE = 1 << 62  # sorts a whole-entry position after every batch index of that entry

@@ -765,7 +765,8 @@ def test_source_options_exact(load: Callable[..., Job]) -> None:
 
 @pytest.mark.parametrize("mode", ["fail", "skip", "quarantine"])
 def test_on_corrupt_message_reaches_the_source(load: Callable[..., Job], mode: str) -> None:
-    from pipelines.spark.reader import SourceSettings, source_schema
+    from pipelines.spark.planner import SourceSettings
+    from pipelines.spark.reader import source_schema
 
     extra = f"\n    on_corrupt_message: {mode}" + (
         "\n    quarantine_table: /q" if mode == "quarantine" else ""
@@ -782,7 +783,7 @@ def test_on_corrupt_message_reaches_the_source(load: Callable[..., Job], mode: s
 
 def test_on_corrupt_message_option_is_checked() -> None:
     from pipelines.errors import OptionError
-    from pipelines.spark.reader import SourceSettings
+    from pipelines.spark.planner import SourceSettings
 
     options = {"service.url": "pulsar://h:6650", "topic": "orders", "onCorruptMessage": "ignore"}
     with pytest.raises(
@@ -792,7 +793,7 @@ def test_on_corrupt_message_option_is_checked() -> None:
 
 
 def test_source_options_accepted_by_the_source(load: Callable[..., Job]) -> None:
-    from pipelines.spark.reader import SourceSettings
+    from pipelines.spark.planner import SourceSettings
 
     job = load(
         INGEST.replace(
@@ -1059,7 +1060,7 @@ def test_job_files_and_spark_options_share_one_grammar(
     load: Callable[..., Job], key: str, option: str, in_yaml: str, in_spark: str, under: str | None
 ) -> None:
     from pipelines.errors import OptionError
-    from pipelines.spark.reader import SourceSettings
+    from pipelines.spark.planner import SourceSettings
 
     lines = f"topic: orders\n    {key}: {in_yaml}\n    min_messages_per_trigger: 10"
     [found] = problems(lambda: load(INGEST.replace("topic: orders", lines)))
@@ -1073,7 +1074,7 @@ def test_job_files_and_spark_options_share_one_grammar(
 
 
 def test_a_job_files_values_mean_the_same_to_the_source(load: Callable[..., Job]) -> None:
-    from pipelines.spark.reader import SourceSettings
+    from pipelines.spark.planner import SourceSettings
 
     job = load(
         INGEST.replace(

@@ -333,8 +333,7 @@ def test_subscription_lag_counts_what_is_not_committed(
     dedup_broker: Broker, topic_name: str, produce
 ) -> None:
     from pipelines.options.client import client_settings
-    from pipelines.spark.planner import Planner, TopicSelector
-    from pipelines.spark.reader import subscription_lag
+    from pipelines.spark.planner import Planner, TopicSelector, subscription_lag
     from pipelines.state.positions import Offsets, Position
 
     url = dedup_broker.service_url
