@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
+from pipelines.errors import JobError
 from pipelines.jobs.cli import main
 from pipelines.jobs.config import load_job, parse_override, parse_path, redacted
-from pipelines.errors import JobError
 from pipelines.jobs.models import MASK, Bound, BoundError, Job, format_path, parse_bound
 from pipelines.state.positions import Position
 

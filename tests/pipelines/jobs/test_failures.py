@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.jobs.cli import main as cli
 from jobs.demo import produce
+from pipelines.jobs.cli import main as cli
 from pulsarwire.broker import Broker
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from pipelines.options.auth import CLASS_OF, parse_auth
-from pipelines.jobs.config import load_job, redacted
 from pipelines.errors import JobError, OptionError
+from pipelines.jobs.config import load_job, redacted
+from pipelines.options.auth import CLASS_OF, parse_auth
 from pipelines.options.grammar import client_settings
 from pulsarwire.broker import Authentication, Broker, Grants, TokenAuth
 from pulsarwire.client.auth import AuthenticationBasic, AuthenticationToken
@@ -216,8 +216,8 @@ def test_pipelines_run_with_an_oauth2_profile(
     with the issuer's token (only the role "spark" may consume; the demo producer is anonymous)."""
     from deltalake import DeltaTable
 
-    from pipelines.jobs.cli import main as cli
     from jobs.demo import produce
+    from pipelines.jobs.cli import main as cli
 
     root = Path(__file__).resolve().parents[3]
     local = (root / "conf" / "local.yaml").read_text()

@@ -12,8 +12,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from pipelines.options.grammar import client_settings
 from pipelines.spark.planner import Planner, TopicSelector
-from pipelines.state.positions import Offsets, Position
 from pipelines.spark.reader import PulsarStreamReader, gap_after
+from pipelines.state.positions import Offsets, Position
 from pulsarwire.broker import Broker
 from pulsarwire.codec.message_id import MessageId
 

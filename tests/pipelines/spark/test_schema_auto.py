@@ -59,6 +59,7 @@ from pyspark.sql.types import (
 )
 
 from pipelines.errors import OptionError, PipelinesError
+from pipelines.spark.reader import schema_mode
 from pipelines.spark.schemas import (
     SchemaDecodeError,
     ValueSchema,
@@ -67,7 +68,6 @@ from pipelines.spark.schemas import (
     parse_avro,
     spark_type,
 )
-from pipelines.spark.reader import schema_mode
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
 from pulsarwire.client.schema import TYPE_NAMES, SchemaInfo

@@ -334,8 +334,8 @@ def test_subscription_lag_counts_what_is_not_committed(
 ) -> None:
     from pipelines.options.grammar import client_settings
     from pipelines.spark.planner import Planner, TopicSelector
-    from pipelines.state.positions import Offsets, Position
     from pipelines.spark.reader import subscription_lag
+    from pipelines.state.positions import Offsets, Position
 
     url = dedup_broker.service_url
     dedup_broker.create_partitioned_topic(topic_name, 2)

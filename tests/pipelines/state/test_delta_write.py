@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.state.delta import delta_spark_available, is_table_name, last_version, write_idempotent
 from pipelines.errors import OptionError, PipelinesError
+from pipelines.state.delta import delta_spark_available, is_table_name, last_version, write_idempotent
 
 NO_JARS = "Delta Lake jars are not on the classpath here"
 

@@ -26,7 +26,7 @@ from pulsarwire.codec.frames import Payload
 from pulsarwire.errors import CorruptMessageError
 from pulsarwire.proto import pb
 from pulsarwire.protocol.connection import MessageReceived
-from tests.pulsarwire.broker.support import make_client, new_topic, receive_n
+from tests.helpers.judge import make_client, new_topic, receive_n
 
 
 def produce(b: Broker, topic: str, n: int, **producer_options: object) -> list[pulsar.Message]:
