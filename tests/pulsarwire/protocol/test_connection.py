@@ -79,6 +79,7 @@ from pulsarwire.protocol.connection import (
     TopicListUpdate,
 )
 from pulsarwire.protocol.state import ConnectionState
+from tests.helpers.examples import examples
 from tests.helpers.protocol import (
     KEEPALIVE,
     U64_MAX,
@@ -1107,7 +1108,7 @@ def split_session(draw: st.DrawFn) -> tuple[list[bytes], list[bytes]]:
     return _cut(draw, HANDSHAKE), _cut(draw, rest) if rest else []
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(split_session())
 def test_random_splits_give_the_same_events_as_whole_frames(case: tuple[list[bytes], list[bytes]]) -> None:
     handshake, rest = case

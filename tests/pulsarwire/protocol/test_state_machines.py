@@ -121,6 +121,7 @@ from pulsarwire.protocol.state import (
     HandlerState,
     transition,
 )
+from tests.helpers.examples import examples
 from tests.helpers.protocol import (
     KEEPALIVE,
     U64_MAX,
@@ -140,7 +141,7 @@ Table = dict[Any, frozenset[Any]]
 
 # ~35 s for the four machines on 2 cores. No deadline: the handler machines run an event loop.
 MACHINE_SETTINGS = settings(
-    max_examples=200,
+    max_examples=examples(200),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
