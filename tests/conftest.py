@@ -3,11 +3,13 @@
 * ``tests.helpers`` is importable (the repository root goes on ``sys.path``).
 * The hypothesis profile named by ``PULSARWIRE_HYPOTHESIS_PROFILE`` (``ci`` by default, ``dev``
   for fewer examples) is loaded before any test module is imported (tests/helpers/examples.py).
-* Under pytest-xdist (``-n``, on by default in pyproject's addopts), every test that uses Spark
-  is put in the xdist group ``spark``: a test that names the session-scoped ``spark`` fixture, or
-  one marked ``spark`` (it starts Spark in a process of its own, or asks for the fixture through
-  ``request.getfixturevalue``). With ``--dist loadgroup`` the group runs on one worker, so the
-  suite starts the session's JVM once and never runs two Spark drivers at once on 2 cores.
+* Under pytest-xdist (``-n``, on by default in pyproject's addopts, with ``--dist loadgroup``)
+  every test that uses the session-scoped ``spark`` fixture (by name, or marked ``spark`` when it
+  asks for it through ``request.getfixturevalue``) is in the xdist group ``spark``: one worker runs
+  them all, so the suite starts the session's JVM once. Tests that start Spark in a child process
+  of their own and need no session (marker ``spark_process``: the docs blocks run in a clean
+  shell) are the group ``spark-process``, one at a time on another worker: at most two Spark
+  drivers run at once on 2 cores.
 """
 
 from __future__ import annotations
@@ -31,15 +33,22 @@ PROFILE = load_profile()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-#: the xdist group of every test that runs Spark
-SPARK_GROUP = "spark"
+#: the xdist group of the tests on the suite's SparkSession, and of those that start Spark (a JVM of
+#: their own) in a child process without the session
+SESSION_GROUP = "spark"
+PROCESS_GROUP = "spark-process"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "spark: the test runs Spark without naming the spark fixture (a Spark process of its own, "
-        "or request.getfixturevalue); it runs in the spark xdist group",
+        "spark: the test uses the suite's SparkSession without naming the spark fixture "
+        "(request.getfixturevalue); it runs in the spark xdist group",
+    )
+    config.addinivalue_line(
+        "markers",
+        "spark_process: the test starts Spark in a process of its own (the spark-process xdist group, "
+        "or the spark group when it also uses the session)",
     )
 
 
@@ -59,18 +68,31 @@ def tag_group(item: pytest.Item, group: str) -> None:
         item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
-def uses_spark(item: pytest.Item) -> bool:
-    return "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark") is not None
+def spark_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that runs Spark; None for one that does not."""
+    if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark") is not None:
+        return SESSION_GROUP
+    if item.get_closest_marker("spark_process") is not None:
+        return PROCESS_GROUP
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Spark tests into one xdist group, and first: the group is the longest unit of work, so it
-    starts while the other worker(s) take the rest."""
-    spark = [item for item in items if uses_spark(item)]
-    for item in spark:
-        item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+    """Spark tests into their two xdist groups, and first: the groups are the longest units of
+    work, so they start while the other workers take the rest.
+
+    One worker runs the session's tests (one JVM for all of them); another the tests whose Spark
+    runs in child processes, one at a time: never more than two Spark drivers at once.
+    """
+    grouped: list[pytest.Item] = []
+    for item in items:
+        group = spark_group(item)
+        if group is None:
+            continue
+        grouped.append(item)
+        item.add_marker(pytest.mark.xdist_group(group))
         if config.getvalue("loadgroup"):  # an xdist worker under --dist loadgroup
-            tag_group(item, SPARK_GROUP)
-    chosen = set(map(id, spark))
-    items[:] = spark + [item for item in items if id(item) not in chosen]
+            tag_group(item, group)
+    chosen = set(map(id, grouped))
+    items[:] = grouped + [item for item in items if id(item) not in chosen]

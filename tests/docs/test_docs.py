@@ -92,9 +92,9 @@ PYTHON = [b for b in BLOCKS if b.lang == "python" and not excused(b)]
 
 
 def python_param(block: Block) -> Any:
-    """A python block as a test parameter; one that starts a SparkSession is marked ``spark``
-    (tests/conftest.py runs those on the Spark worker)."""
-    marks = [pytest.mark.spark] if "SparkSession" in block.code else []
+    """A python block as a test parameter; one that starts a SparkSession is marked ``spark_process``
+    (tests/conftest.py runs those one at a time, on one worker)."""
+    marks = [pytest.mark.spark_process] if "SparkSession" in block.code else []
     return pytest.param(block, id=block.id, marks=marks)
 
 
@@ -210,7 +210,7 @@ def test_jobs_md_profile_snippet_is_conf_databricks_yaml() -> None:
     assert block.code.rstrip("\n") in (ROOT / "conf" / "databricks.yaml").read_text()
 
 
-@pytest.mark.spark
+@pytest.mark.spark_process
 def test_readme_commands_run(checkout: Path, broker_block: str) -> None:
     (block,) = [b for b in BLOCKS if b.file == "README.md" and "pipelines validate" in b.code]
     proc = run_bash(block.code, checkout, clean_env(checkout, PULSAR_URL=broker_block))
@@ -222,7 +222,7 @@ def test_readme_commands_run(checkout: Path, broker_block: str) -> None:
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.spark
+@pytest.mark.spark_process
 def test_jobs_md_commands_run(checkout: Path) -> None:
     (block,) = [b for b in BLOCKS if b.file == "docs/jobs.md" and b.lang == "bash"]
     port = free_port()
