@@ -92,7 +92,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         grouped.append(item)
         item.add_marker(pytest.mark.xdist_group(group))
-        if config.getvalue("loadgroup"):  # an xdist worker under --dist loadgroup
+        if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
             tag_group(item, group)
     chosen = set(map(id, grouped))
     items[:] = grouped + [item for item in items if id(item) not in chosen]
