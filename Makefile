@@ -47,7 +47,7 @@ bench: $(STAMP)
 # Faults on a schedule while producing and streaming (tests/pipelines/test_soak.py, marker soak,
 # not part of make test); PULSARWIRE_SOAK_SECONDS sets the duration (default 180).
 soak: $(STAMP)
-	$(PY) -m pytest -q -s -m soak tests/pipelines/test_soak.py
+	$(PY) -m pytest -q -s -n 0 -m soak tests/pipelines/test_soak.py
 
 # atheris is optional: where no wheel installs, the runner uses its own mutation engine.
 fuzz: $(STAMP)

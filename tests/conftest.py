@@ -1,4 +1,16 @@
-"""Suite-wide setup: make the repository root importable so tests can share ``tests.helpers``."""
+"""Suite-wide setup: the repository root importable, the hypothesis profile, Spark tests on one worker.
+
+* ``tests.helpers`` is importable (the repository root goes on ``sys.path``).
+* The hypothesis profile named by ``PULSARWIRE_HYPOTHESIS_PROFILE`` (``ci`` by default, ``dev``
+  for fewer examples) is loaded before any test module is imported (tests/helpers/examples.py).
+* Under pytest-xdist (``-n``, on by default in pyproject's addopts, with ``--dist loadgroup``)
+  every test that uses the session-scoped ``spark`` fixture (by name, or marked ``spark`` when it
+  asks for it through ``request.getfixturevalue``) is in the xdist group ``spark``: one worker runs
+  them all, so the suite starts the session's JVM once. Tests that start Spark in a child process
+  of their own and need no session (marker ``spark_process``: the docs blocks run in a clean
+  shell) are the group ``spark-process``, one at a time on another worker: at most two Spark
+  drivers run at once on 2 cores.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +18,81 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.helpers.examples import ENV as PROFILE_ENV  # noqa: E402  (needs ROOT on sys.path)
+from tests.helpers.examples import load_profile  # noqa: E402
+
+PROFILE = load_profile()
+
 # Spark's Python workers must run this interpreter (the one with the project installed).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+#: the xdist group of the tests on the suite's SparkSession, and of those that start Spark (a JVM of
+#: their own) in a child process without the session
+SESSION_GROUP = "spark"
+PROCESS_GROUP = "spark-process"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "spark: the test uses the suite's SparkSession without naming the spark fixture "
+        "(request.getfixturevalue); it runs in the spark xdist group",
+    )
+    config.addinivalue_line(
+        "markers",
+        "spark_process: the test starts Spark in a process of its own (the spark-process xdist group, "
+        "or the spark group when it also uses the session)",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"hypothesis profile: {PROFILE} (${PROFILE_ENV})"
+
+
+def tag_group(item: pytest.Item, group: str) -> None:
+    """Give ``item`` the node id ``--dist loadgroup`` schedules by: ``<node id>@<group>``.
+
+    pytest-xdist 3.8 tags grouped tests by assigning ``item._nodeid``, which pytest 9.2 no longer
+    reads (a node's id is ``item._id`` now), so its ``xdist_group`` marks alone group nothing.
+    """
+    from _pytest.nodeid import coerce_node_id
+
+    if not item.nodeid.endswith(f"@{group}"):
+        item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
+def spark_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that runs Spark; None for one that does not."""
+    if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark") is not None:
+        return SESSION_GROUP
+    if item.get_closest_marker("spark_process") is not None:
+        return PROCESS_GROUP
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Spark tests into their two xdist groups, and first: the groups are the longest units of
+    work, so they start while the other workers take the rest.
+
+    One worker runs the session's tests (one JVM for all of them); another the tests whose Spark
+    runs in child processes, one at a time: never more than two Spark drivers at once.
+    """
+    grouped: list[pytest.Item] = []
+    for item in items:
+        group = spark_group(item)
+        if group is None:
+            continue
+        grouped.append(item)
+        item.add_marker(pytest.mark.xdist_group(group))
+        if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+            tag_group(item, group)
+    chosen = set(map(id, grouped))
+    items[:] = grouped + [item for item in items if id(item) not in chosen]

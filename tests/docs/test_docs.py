@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +89,13 @@ def excused(block: Block) -> bool:
 
 
 PYTHON = [b for b in BLOCKS if b.lang == "python" and not excused(b)]
+
+
+def python_param(block: Block) -> Any:
+    """A python block as a test parameter; one that starts a SparkSession is marked ``spark_process``
+    (tests/conftest.py runs those one at a time, on one worker)."""
+    marks = [pytest.mark.spark_process] if "SparkSession" in block.code else []
+    return pytest.param(block, id=block.id, marks=marks)
 
 
 # -- the clean shell -----------------------------------------------------------------------------
@@ -171,7 +179,7 @@ def test_readme_yaml_is_the_job_file() -> None:
     assert block.code == (ROOT / "jobs" / "orders_ingest.yaml").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("block", PYTHON, ids=[b.id for b in PYTHON])
+@pytest.mark.parametrize("block", [python_param(b) for b in PYTHON])
 def test_python_block_runs_in_a_clean_environment(block: Block, checkout: Path) -> None:
     proc = subprocess.run(
         [str(checkout / ".venv" / "bin" / "python"), "-"],
@@ -202,6 +210,7 @@ def test_jobs_md_profile_snippet_is_conf_databricks_yaml() -> None:
     assert block.code.rstrip("\n") in (ROOT / "conf" / "databricks.yaml").read_text()
 
 
+@pytest.mark.spark_process
 def test_readme_commands_run(checkout: Path, broker_block: str) -> None:
     (block,) = [b for b in BLOCKS if b.file == "README.md" and "pipelines validate" in b.code]
     proc = run_bash(block.code, checkout, clean_env(checkout, PULSAR_URL=broker_block))
@@ -213,6 +222,7 @@ def test_readme_commands_run(checkout: Path, broker_block: str) -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.spark_process
 def test_jobs_md_commands_run(checkout: Path) -> None:
     (block,) = [b for b in BLOCKS if b.file == "docs/jobs.md" and b.lang == "bash"]
     port = free_port()

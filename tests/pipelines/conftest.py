@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,9 +16,6 @@ from typing import Any
 import pytest
 
 from pulsarwire.broker import Broker
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 @pytest.fixture(scope="session")

@@ -512,6 +512,7 @@ def group_ends(pgid: int, timeout: float = 30) -> bool:
     return True
 
 
+@pytest.mark.spark_process  # every run is its own process: the signals are the point
 def test_ctrl_c_and_sigterm_stop_cleanly_and_a_rerun_is_exactly_once(broker: Broker, tmp_path: Path) -> None:
     produce(broker.service_url, "orders", 6000)
     small = ("--set", "source.pulsar.max_messages_per_trigger=500")

@@ -24,7 +24,7 @@ from pipelines.jobs.config import load_job
 from pipelines.jobs.runner import run_job
 from pipelines.masking import MASK, mask
 from pulsarwire.broker import Broker
-from tests.pipelines.spark.test_sink import read_topic
+from tests.helpers.pw_client import read_topic
 
 ROOT = Path(__file__).resolve().parents[3]
 

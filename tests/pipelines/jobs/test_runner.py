@@ -19,7 +19,7 @@ from jobs.demo import produce
 from pipelines.jobs.cli import main as cli
 from pipelines.jobs.testing import backfill, run_job
 from pulsarwire.broker import Broker
-from tests.pipelines.spark.test_sink import read_topic
+from tests.helpers.pw_client import read_topic
 
 ROOT = Path(__file__).resolve().parents[3]
 

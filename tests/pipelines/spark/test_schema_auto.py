@@ -23,6 +23,7 @@ import fastavro
 import pulsar
 import pyarrow as pa
 import pytest
+from chispa.schema_comparer import assert_schema_equality
 from pulsar.schema import (
     Array,
     AvroSchema,
@@ -211,19 +212,22 @@ def test_avro_record_with_nested_types(spark: Any, dedup_broker: Broker, topic_n
 
     df = read_auto(spark, dedup_broker.service_url, topic=topic_name)
     point = StructType([StructField("x", IntegerType(), True), StructField("y", IntegerType(), False)])
-    assert df.schema["value"].dataType == StructType(
-        [
-            StructField("id", LongType(), False),
-            StructField("customer", StringType(), True),
-            StructField("price", DoubleType(), True),
-            StructField("paid", BooleanType(), True),
-            StructField("where", point, True),
-            StructField("back", point, True),
-            StructField("tags", ArrayType(StringType(), False), True),
-            StructField("counts", MapType(StringType(), LongType(), False), True),
-            StructField("color", StringType(), True),
-            StructField("blob", BinaryType(), True),
-        ]
+    assert_schema_equality(
+        df.schema["value"].dataType,
+        StructType(
+            [
+                StructField("id", LongType(), False),
+                StructField("customer", StringType(), True),
+                StructField("price", DoubleType(), True),
+                StructField("paid", BooleanType(), True),
+                StructField("where", point, True),
+                StructField("back", point, True),
+                StructField("tags", ArrayType(StringType(), False), True),
+                StructField("counts", MapType(StringType(), LongType(), False), True),
+                StructField("color", StringType(), True),
+                StructField("blob", BinaryType(), True),
+            ]
+        ),
     )
     assert df.schema["key"].dataType == BinaryType()
     assert df.schema["topic"].dataType == StringType()
@@ -285,17 +289,20 @@ def test_avro_logical_types(spark: Any, dedup_broker: Broker, topic_name: str) -
     )
 
     df = read_auto(spark, dedup_broker.service_url, topic=topic_name)
-    assert df.schema["value"].dataType == StructType(
-        [
-            StructField("at", TimestampType(), False),
-            StructField("at_us", TimestampType(), True),
-            StructField("day", DateType(), False),
-            StructField("amount", DecimalType(12, 3), False),
-            StructField("digest", BinaryType(), False),
-            StructField("local", TimestampNTZType(), False),
-            StructField("of_day", IntegerType(), False),
-            StructField("ratio", FloatType(), False),
-        ]
+    assert_schema_equality(
+        df.schema["value"].dataType,
+        StructType(
+            [
+                StructField("at", TimestampType(), False),
+                StructField("at_us", TimestampType(), True),
+                StructField("day", DateType(), False),
+                StructField("amount", DecimalType(12, 3), False),
+                StructField("digest", BinaryType(), False),
+                StructField("local", TimestampNTZType(), False),
+                StructField("of_day", IntegerType(), False),
+                StructField("ratio", FloatType(), False),
+            ]
+        ),
     )
     got = (
         df.select(
@@ -349,16 +356,19 @@ def test_json_record(spark: Any, dedup_broker: Broker, topic_name: str) -> None:
     df = read_auto(spark, dedup_broker.service_url, topic=topic_name)
     point = StructType([StructField("x", IntegerType(), True), StructField("y", IntegerType(), True)])
     # JSON documents may leave anything out: every field and element is nullable
-    assert df.schema["value"].dataType == StructType(
-        [
-            StructField("id", LongType(), True),
-            StructField("carrier", StringType(), True),
-            StructField("weight", DoubleType(), True),
-            StructField("express", BooleanType(), True),
-            StructField("size", StringType(), True),
-            StructField("stops", ArrayType(point, True), True),
-            StructField("origin", point, True),
-        ]
+    assert_schema_equality(
+        df.schema["value"].dataType,
+        StructType(
+            [
+                StructField("id", LongType(), True),
+                StructField("carrier", StringType(), True),
+                StructField("weight", DoubleType(), True),
+                StructField("express", BooleanType(), True),
+                StructField("size", StringType(), True),
+                StructField("stops", ArrayType(point, True), True),
+                StructField("origin", point, True),
+            ]
+        ),
     )
     rows = df.orderBy("value.id").collect()
     assert [r.value.asDict(recursive=True) for r in rows] == [
@@ -379,12 +389,15 @@ def test_json_record_with_map_and_numeric_enum(spark: Any, dedup_broker: Broker,
     items = [Tagged(id=i, labels={f"l{j}": f"v{j}" for j in range(i)}, color=Color.green) for i in range(3)]
     official_send(dedup_broker.service_url, topic_name, JsonSchema(Tagged), items)
     df = read_auto(spark, dedup_broker.service_url, topic=topic_name)
-    assert df.schema["value"].dataType == StructType(
-        [
-            StructField("id", LongType(), True),
-            StructField("labels", MapType(StringType(), StringType(), True), True),
-            StructField("color", StringType(), True),
-        ]
+    assert_schema_equality(
+        df.schema["value"].dataType,
+        StructType(
+            [
+                StructField("id", LongType(), True),
+                StructField("labels", MapType(StringType(), StringType(), True), True),
+                StructField("color", StringType(), True),
+            ]
+        ),
     )
     rows = df.orderBy("value.id").collect()
     # the Python client writes an enum's value (2), not its symbol, into JSON
@@ -495,8 +508,9 @@ def test_partitioned_topic(spark: Any, dedup_broker: Broker, topic_name: str) ->
     points = [Point(x=i, y=i * i) for i in range(30)]
     official_send(dedup_broker.service_url, topic_name, AvroSchema(Point), points, batched=False)
     df = read_auto(spark, dedup_broker.service_url, topic=topic_name)
-    assert df.schema["value"].dataType == StructType(
-        [StructField("x", IntegerType(), True), StructField("y", IntegerType(), False)]
+    assert_schema_equality(
+        df.schema["value"].dataType,
+        StructType([StructField("x", IntegerType(), True), StructField("y", IntegerType(), False)]),
     )
     rows = df.collect()
     assert sorted((r.value.x, r.value.y) for r in rows) == [(i, i * i) for i in range(30)]
@@ -665,11 +679,11 @@ def test_avro_record_mapping_nullability_names_and_namespaces() -> None:
         ]
     )
     node = parse_avro(schema)
-    assert spark_type(node) == avro
-    assert ValueSchema("AVRO", json.dumps(schema)).spark_type() == avro
+    assert_schema_equality(spark_type(node), avro)
+    assert_schema_equality(ValueSchema("AVRO", json.dumps(schema)).spark_type(), avro)
     # JSON: the same definition, every field and element nullable
     as_json = ValueSchema("JSON", json.dumps(schema)).spark_type()
-    assert as_json.simpleString() == avro.simpleString()
+    assert_schema_equality(as_json, avro, ignore_nullable=True)
     assert all(f.nullable for f in as_json.fields)
     assert as_json["list"].dataType.containsNull and all(f.nullable for f in as_json["in"].dataType.fields)
 

@@ -36,10 +36,9 @@ from pipelines.spark.sink import (
     sink_settings,
 )
 from pulsarwire.broker import Broker
-from pulsarwire.client.blocking import Client
 from pulsarwire.client.message import Message
 from pulsarwire.client.routing import HashingScheme, partition_for_key
-from pulsarwire.codec.message_id import MessageId
+from tests.helpers.pw_client import read_topic
 
 FORMAT = "pulsarwire"
 BINARY_SCHEMA = T.StructType(
@@ -50,20 +49,6 @@ BINARY_SCHEMA = T.StructType(
         T.StructField("eventTime", T.TimestampType()),
     ]
 )
-
-
-def read_topic(url: str, topic: str) -> list[Message]:
-    """Every message of one (non-partitioned) topic or partition, in order."""
-    client = Client(url)
-    try:
-        reader = client.create_reader(topic, MessageId.EARLIEST)
-        out = []
-        while reader.has_message_available():
-            out.append(reader.read_next(10_000))
-        reader.close()
-        return out
-    finally:
-        client.close()
 
 
 def values(messages: list[Message]) -> list[str]:

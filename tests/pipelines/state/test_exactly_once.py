@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +24,18 @@ from deltalake import DeltaTable
 from pipelines.state.exactly_once import batch_offsets, committed_in_target
 from pipelines.state.offsets import OffsetStore
 from pulsarwire.broker import Broker
+from tests.helpers import ingest_job
+from tests.helpers.ingest_job import CRASH_EXIT
 
-SCRIPT = Path(__file__).parents[1] / "scripts" / "ingest_job.py"
-CRASH_EXIT = 17
+ROOT = Path(__file__).resolve().parents[3]
 
 
-def run_job(cfg: dict[str, Any], fault: str | None = None) -> int:
+def run_job(cfg: dict[str, Any], fault: str) -> int:
+    """The job in a process of its own that dies at ``fault`` (``os._exit``, a killed driver)."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), json.dumps({**cfg, "fault": fault})],
+        [sys.executable, "-m", "tests.helpers.ingest_job", json.dumps({**cfg, "fault": fault})],
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
@@ -42,54 +46,55 @@ def run_job(cfg: dict[str, Any], fault: str | None = None) -> int:
     return proc.returncode
 
 
+@pytest.mark.spark_process
 @pytest.mark.timeout(900)
-def test_crashes_at_every_step_and_a_lost_checkpoint(tmp_path: Path, produce: Any) -> None:
-    with Broker() as broker:
-        topic = "persistent://public/default/orders-eo"
-        broker.create_partitioned_topic(topic, 2)
-        n = 600
-        produce(
-            broker.service_url,
-            topic,
-            [f"order-{i}".encode() for i in range(n)],
-            keys=[f"k{i % 13}" for i in range(n)],
-        )
-        cfg = {
-            "url": broker.service_url,
-            "topic": topic,
-            "job": "orders",
-            "checkpoint": str(tmp_path / "ck1"),
-            "target": str(tmp_path / "orders"),
-            "offsets": str(tmp_path / "offsets"),
-            "max": 100,
-        }
-        # batch 1 lands in Delta, the driver dies before its offset row
-        assert run_job(cfg, "after_write@1") == CRASH_EXIT
-        stored = OffsetStore(cfg["offsets"]).load("orders")
-        assert stored == batch_offsets(cfg["checkpoint"], 0)
-        # replay of batch 1 is skipped by the Delta app transaction; batch 2 dies before the ack
-        assert run_job(cfg, "after_offsets@2") == CRASH_EXIT
-        assert OffsetStore(cfg["offsets"]).load("orders") == batch_offsets(cfg["checkpoint"], 2)
-        # batch 2 is stored but not acknowledged: the broker still holds it (and all after it)
-        held = sum(
-            broker.stats(f"{topic}-partition-{p}")["subscriptions"]["orders"]["backlog"] for p in (0, 1)
-        )
-        assert held >= n - 200, held
-        # batch 3 written, then the driver dies and the checkpoint is lost with it
-        assert run_job(cfg, "after_write@3") == CRASH_EXIT
-        written = batch_offsets(cfg["checkpoint"], 3)
-        assert committed_in_target(cfg["target"], "orders") == written
-        shutil.rmtree(cfg["checkpoint"])
-        cfg["checkpoint"] = str(tmp_path / "ck2")
-        # a new checkpoint: recovery finds batch 3 in the target, the source resumes after it
-        assert run_job(cfg, "after_ack@0") == CRASH_EXIT
-        assert run_job(cfg) == 0
+def test_crashes_at_every_step_and_a_lost_checkpoint(
+    spark: Any, pulsar_broker_factory: Callable[..., Broker], tmp_path: Path, produce: Any
+) -> None:
+    broker = pulsar_broker_factory(deduplication=False)
+    topic = "persistent://public/default/orders-eo"
+    broker.create_partitioned_topic(topic, 2)
+    n = 600
+    produce(
+        broker.service_url,
+        topic,
+        [f"order-{i}".encode() for i in range(n)],
+        keys=[f"k{i % 13}" for i in range(n)],
+    )
+    cfg = {
+        "url": broker.service_url,
+        "topic": topic,
+        "job": "orders",
+        "checkpoint": str(tmp_path / "ck1"),
+        "target": str(tmp_path / "orders"),
+        "offsets": str(tmp_path / "offsets"),
+        "max": 100,
+    }
+    # batch 1 lands in Delta, the driver dies before its offset row
+    assert run_job(cfg, "after_write@1") == CRASH_EXIT
+    stored = OffsetStore(cfg["offsets"]).load("orders")
+    assert stored == batch_offsets(cfg["checkpoint"], 0)
+    # replay of batch 1 is skipped by the Delta app transaction; batch 2 dies before the ack
+    assert run_job(cfg, "after_offsets@2") == CRASH_EXIT
+    assert OffsetStore(cfg["offsets"]).load("orders") == batch_offsets(cfg["checkpoint"], 2)
+    # batch 2 is stored but not acknowledged: the broker still holds it (and all after it)
+    held = sum(broker.stats(f"{topic}-partition-{p}")["subscriptions"]["orders"]["backlog"] for p in (0, 1))
+    assert held >= n - 200, held
+    # batch 3 written, then the driver dies and the checkpoint is lost with it
+    assert run_job(cfg, "after_write@3") == CRASH_EXIT
+    written = batch_offsets(cfg["checkpoint"], 3)
+    assert committed_in_target(cfg["target"], "orders") == written
+    shutil.rmtree(cfg["checkpoint"])
+    cfg["checkpoint"] = str(tmp_path / "ck2")
+    # a new checkpoint: recovery finds batch 3 in the target, the source resumes after it
+    assert run_job(cfg, "after_ack@0") == CRASH_EXIT
+    ingest_job.run(spark, cfg)  # the last run ends normally: the suite's session will do
 
-        rows = DeltaTable(cfg["target"]).to_pyarrow_table().to_pylist()
-        values = sorted(r["value"] for r in rows)
-        assert len(values) == n, f"{len(values)} rows for {n} messages"
-        assert values == sorted(f"order-{i}" for i in range(n))
-        positions = {(r["topic"], r["ledgerId"], r["entryId"], r["batchIndex"]) for r in rows}
-        assert len(positions) == n
-        stats = broker.stats(f"{topic}-partition-0"), broker.stats(f"{topic}-partition-1")
-        assert [s["subscriptions"]["orders"]["backlog"] for s in stats] == [0, 0]
+    rows = DeltaTable(cfg["target"]).to_pyarrow_table().to_pylist()
+    values = sorted(r["value"] for r in rows)
+    assert len(values) == n, f"{len(values)} rows for {n} messages"
+    assert values == sorted(f"order-{i}" for i in range(n))
+    positions = {(r["topic"], r["ledgerId"], r["entryId"], r["batchIndex"]) for r in rows}
+    assert len(positions) == n
+    stats = broker.stats(f"{topic}-partition-0"), broker.stats(f"{topic}-partition-1")
+    assert [s["subscriptions"]["orders"]["backlog"] for s in stats] == [0, 0]

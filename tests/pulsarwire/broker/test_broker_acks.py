@@ -7,7 +7,7 @@ import time
 import pulsar
 import pytest
 
-from tests.pulsarwire.broker.support import (
+from tests.helpers.judge import (
     assert_exactly,
     assert_silent,
     payloads,

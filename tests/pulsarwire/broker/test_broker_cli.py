@@ -7,13 +7,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pulsar
 
-from tests.pulsarwire.broker.support import (
+from tests.helpers.broker_cli import cli_broker
+from tests.helpers.judge import (
     assert_exactly,
     make_client,
     new_topic,
@@ -54,26 +53,6 @@ def test_help_documents_every_flag() -> None:
     ).stdout
     for flag in FLAGS:
         assert flag in out, flag
-
-
-@contextmanager
-def cli_broker(*args: str, env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``python -m pulsarwire.broker ARGS`` (with ``env`` added to the environment); yields (process, URL)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pulsarwire.broker", "--port", "0", "--log-level", "WARNING", *args],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "ready on" in line, line
-        yield proc, line.split("ready on", 1)[1].split()[0]
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(10)
 
 
 def test_kill_minus_9_loses_nothing_that_got_a_receipt(tmp_path: Path) -> None:

@@ -16,8 +16,7 @@ import pytest
 
 from pulsarwire.broker import Broker, Cluster
 from pulsarwire.proto import pb
-from tests.helpers.raw import RawConnection
-from tests.pulsarwire.broker.support import (
+from tests.helpers.judge import (
     assert_exactly,
     make_client,
     new_topic,
@@ -26,6 +25,7 @@ from tests.pulsarwire.broker.support import (
     receive_n,
     wait_until,
 )
+from tests.helpers.raw import RawConnection
 
 
 def read_all(client: pulsar.Client, topic: str, n: int) -> list[bytes]:

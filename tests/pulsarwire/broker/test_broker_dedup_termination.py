@@ -9,7 +9,7 @@ import pytest
 
 from pulsarwire.broker import Broker
 from pulsarwire.broker.server import understands_end_of_topic
-from tests.pulsarwire.broker.support import (
+from tests.helpers.judge import (
     assert_silent,
     new_topic,
     payloads,

@@ -29,8 +29,8 @@ from tests.helpers.hostile import (
     producer,
     send_frame,
 )
+from tests.helpers.judge import QUIET, SILENCE_MS, assert_silent, new_topic, receive_n
 from tests.helpers.raw import RawConnection
-from tests.pulsarwire.broker.support import QUIET, SILENCE_MS, assert_silent, new_topic, receive_n
 
 Mode = pulsar.ProducerAccessMode
 T = pb.BaseCommand

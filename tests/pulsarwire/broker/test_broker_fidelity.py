@@ -42,8 +42,7 @@ from pulsarwire.codec import new_command
 from pulsarwire.proto import pb
 from pulsarwire.testing.process import broker_process
 from tests.helpers.hostile import assert_bystander_served, broker_url, connect, ping
-from tests.helpers.raw import RawConnection
-from tests.pulsarwire.broker.support import (
+from tests.helpers.judge import (
     QUIET,
     assert_exactly,
     assert_silent,
@@ -54,6 +53,7 @@ from tests.pulsarwire.broker.support import (
     receive_n,
     send_all,
 )
+from tests.helpers.raw import RawConnection
 
 T = pb.BaseCommand
 E = pb.ServerError

@@ -10,14 +10,14 @@ import pytest
 
 from pulsarwire.broker import Broker
 from pulsarwire.proto import pb
-from tests.helpers.raw import RawConnection
-from tests.pulsarwire.broker.support import (
+from tests.helpers.judge import (
     assert_exactly,
     assert_silent,
     new_topic,
     payloads,
     receive_n,
 )
+from tests.helpers.raw import RawConnection
 
 COMPRESSIONS = [
     pulsar.CompressionType.NONE,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pulsar
 
 from pulsarwire.broker import Broker
-from tests.pulsarwire.broker.support import (
+from tests.helpers.judge import (
     assert_exactly,
     assert_silent,
     drain,

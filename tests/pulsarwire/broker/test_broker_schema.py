@@ -13,8 +13,8 @@ from pulsar.schema import AvroSchema, Float, Integer, JsonSchema, Record, String
 
 from pulsarwire.broker import Broker
 from pulsarwire.proto import pb
+from tests.helpers.judge import make_client, new_topic, receive_n
 from tests.helpers.raw import RawConnection
-from tests.pulsarwire.broker.support import make_client, new_topic, receive_n
 
 
 class Order(Record):

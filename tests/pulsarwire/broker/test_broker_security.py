@@ -18,8 +18,8 @@ import trustme
 from pulsarwire.broker import Broker, Grants
 from pulsarwire.broker.auth import TokenAuth
 from pulsarwire.proto import pb
+from tests.helpers.judge import QUIET, assert_exactly, new_topic, payloads, receive_n, send_all
 from tests.helpers.raw import RawConnection
-from tests.pulsarwire.broker.support import QUIET, assert_exactly, new_topic, payloads, receive_n, send_all
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 #: With authentication on, a role may do only what it is granted.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulsar
 import pytest
 
-from tests.pulsarwire.broker.support import (
+from tests.helpers.judge import (
     assert_exactly,
     assert_silent,
     drain,

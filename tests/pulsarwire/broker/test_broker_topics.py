@@ -10,7 +10,7 @@ from collections import defaultdict
 import pulsar
 
 from pulsarwire.broker import Broker
-from tests.pulsarwire.broker.support import (
+from tests.helpers.judge import (
     assert_exactly,
     assert_silent,
     drain,

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from pulsarwire.broker import Broker, Grants
 from pulsarwire.broker.auth import TokenAuth
 from pulsarwire.broker.schemas import Compatibility
 from tests.helpers.hostile import assert_bystander_served, broker_url
-from tests.pulsarwire.broker.support import new_topic as _new_topic
+from tests.helpers.judge import new_topic as _new_topic
 
 SECRET = b"s" * 32
 AVRO_V1 = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]})
@@ -355,42 +355,42 @@ def test_schemas(web: Broker) -> None:
     assert call(u, "POST", path, without_default)[:2] == (202, {"version": {"version": 3}})
 
 
-def test_tenants_and_policies_survive_a_restart(tmp_path: Path) -> None:
-    with Broker(http_port=0, data_dir=tmp_path) as b:
-        u = b.http_url
-        assert u is not None
-        assert call(u, "PUT", "/admin/v2/tenants/lonely")[0] == 204
-        assert call(u, "PUT", "/admin/v2/tenants/kept")[0] == 204
-        assert call(u, "PUT", "/admin/v2/namespaces/kept/ns")[0] == 204
-        assert call(u, "POST", "/admin/v2/namespaces/kept/ns/deduplication", True)[0] == 204
-        retention = {"retentionTimeInMinutes": 5, "retentionSizeInMB": -1}
-        assert call(u, "POST", "/admin/v2/namespaces/kept/ns/retention", retention)[0] == 204
-        assert call(u, "POST", "/admin/v2/persistent/kept/ns/t/deduplicationEnabled", False)[0] == 204
-        b.restart()
-        u = b.http_url
-        assert u is not None
-        assert call(u, "GET", "/admin/v2/tenants")[:2] == (200, ["kept", "lonely", "public"])
-        assert call(u, "GET", "/admin/v2/namespaces/kept/ns/deduplication")[:2] == (200, True)
-        assert call(u, "GET", "/admin/v2/namespaces/kept/ns/retention")[:2] == (200, retention)
-        assert call(u, "GET", "/admin/v2/persistent/kept/ns/t/deduplicationEnabled")[:2] == (200, False)
-        assert b.call(b.deduplication_enabled, "persistent://kept/ns/other")
+def test_tenants_and_policies_survive_a_restart(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    b = start_broker(http_port=0, data_dir=tmp_path)
+    u = b.http_url
+    assert u is not None
+    assert call(u, "PUT", "/admin/v2/tenants/lonely")[0] == 204
+    assert call(u, "PUT", "/admin/v2/tenants/kept")[0] == 204
+    assert call(u, "PUT", "/admin/v2/namespaces/kept/ns")[0] == 204
+    assert call(u, "POST", "/admin/v2/namespaces/kept/ns/deduplication", True)[0] == 204
+    retention = {"retentionTimeInMinutes": 5, "retentionSizeInMB": -1}
+    assert call(u, "POST", "/admin/v2/namespaces/kept/ns/retention", retention)[0] == 204
+    assert call(u, "POST", "/admin/v2/persistent/kept/ns/t/deduplicationEnabled", False)[0] == 204
+    b.restart()
+    u = b.http_url
+    assert u is not None
+    assert call(u, "GET", "/admin/v2/tenants")[:2] == (200, ["kept", "lonely", "public"])
+    assert call(u, "GET", "/admin/v2/namespaces/kept/ns/deduplication")[:2] == (200, True)
+    assert call(u, "GET", "/admin/v2/namespaces/kept/ns/retention")[:2] == (200, retention)
+    assert call(u, "GET", "/admin/v2/persistent/kept/ns/t/deduplicationEnabled")[:2] == (200, False)
+    assert b.call(b.deduplication_enabled, "persistent://kept/ns/other")
 
 
-def test_schema_deletion_survives_a_restart(tmp_path: Path) -> None:
-    with Broker(http_port=0, data_dir=tmp_path) as b:
-        u = b.http_url
-        assert u is not None
-        path = "/admin/v2/schemas/public/default/kept/schema"
-        assert call(u, "POST", path, {"type": "AVRO", "schema": AVRO_V1})[0] == 202
-        assert call(u, "DELETE", path)[:2] == (200, {"version": 1})
-        b.restart()
-        u = b.http_url
-        assert u is not None
-        assert call(u, "GET", path)[0] == 404
-        assert call(u, "POST", path, {"type": "AVRO", "schema": AVRO_V2_NO_DEFAULT})[:2] == (
-            202,
-            {"version": {"version": 2}},
-        )
+def test_schema_deletion_survives_a_restart(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    b = start_broker(http_port=0, data_dir=tmp_path)
+    u = b.http_url
+    assert u is not None
+    path = "/admin/v2/schemas/public/default/kept/schema"
+    assert call(u, "POST", path, {"type": "AVRO", "schema": AVRO_V1})[0] == 202
+    assert call(u, "DELETE", path)[:2] == (200, {"version": 1})
+    b.restart()
+    u = b.http_url
+    assert u is not None
+    assert call(u, "GET", path)[0] == 404
+    assert call(u, "POST", path, {"type": "AVRO", "schema": AVRO_V2_NO_DEFAULT})[:2] == (
+        202,
+        {"version": {"version": 2}},
+    )
 
 
 # -- lookup, official client over http:// ---------------------------------------------------------
@@ -652,21 +652,23 @@ def test_keep_alive_and_http_1_0(web: Broker) -> None:
     assert _raw(u, b"GET /admin/v2/brokers/health HTTP/1.0\r\n\r\n").endswith(b"\r\n\r\nok")
 
 
-def test_deleted_topics_stay_deleted_after_a_restart(tmp_path: Path) -> None:
-    with Broker(http_port=0, data_dir=tmp_path) as b:
-        client = pulsar.Client(b.service_url)
-        try:
-            client.create_producer("persistent://public/default/plain").send(b"x")
-            b.create_partitioned_topic("persistent://public/default/parts", 2)
-            client.create_producer("persistent://public/default/parts").send(b"y")
-        finally:
-            client.close()
-        u = b.http_url
-        assert u is not None
-        assert call(u, "DELETE", "/admin/v2/persistent/public/default/plain")[0] == 204
-        assert call(u, "DELETE", "/admin/v2/persistent/public/default/parts/partitions")[0] == 204
-        b.restart()
-        u = b.http_url
-        assert u is not None
-        assert call(u, "GET", "/admin/v2/persistent/public/default")[:2] == (200, [])
-        assert call(u, "GET", "/admin/v2/persistent/public/default/partitioned")[:2] == (200, [])
+def test_deleted_topics_stay_deleted_after_a_restart(
+    start_broker: Callable[..., Broker], tmp_path: Path
+) -> None:
+    b = start_broker(http_port=0, data_dir=tmp_path)
+    client = pulsar.Client(b.service_url)
+    try:
+        client.create_producer("persistent://public/default/plain").send(b"x")
+        b.create_partitioned_topic("persistent://public/default/parts", 2)
+        client.create_producer("persistent://public/default/parts").send(b"y")
+    finally:
+        client.close()
+    u = b.http_url
+    assert u is not None
+    assert call(u, "DELETE", "/admin/v2/persistent/public/default/plain")[0] == 204
+    assert call(u, "DELETE", "/admin/v2/persistent/public/default/parts/partitions")[0] == 204
+    b.restart()
+    u = b.http_url
+    assert u is not None
+    assert call(u, "GET", "/admin/v2/persistent/public/default")[:2] == (200, [])
+    assert call(u, "GET", "/admin/v2/persistent/public/default/partitioned")[:2] == (200, [])

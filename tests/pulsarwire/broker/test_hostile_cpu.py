@@ -17,7 +17,7 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,8 @@ from tests.helpers.hostile import (
     ping,
     producer,
 )
+from tests.helpers.judge import make_client, new_topic
 from tests.helpers.raw import RawConnection
-from tests.pulsarwire.broker.support import make_client, new_topic
 
 T = pb.BaseCommand
 SubType = pb.CommandSubscribe.SubType
@@ -462,7 +462,10 @@ def test_seek_to_absurd_positions(url: str, conn: RawConnection, target: dict[st
 
 # -- failures no handler foresaw ----------------------------------------------------------------------
 def test_an_unexpected_failure_is_logged_once_with_its_traceback_and_fails_that_request_only(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    start_broker: Callable[..., Broker],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """(Topic names too long for the file system used to be such a failure; they are stored now,
     see test_hostile_resources.py.) A broker bug is simulated where a topic is opened."""
@@ -474,20 +477,20 @@ def test_an_unexpected_failure_is_logged_once_with_its_traceback_and_fails_that_
         return real_get_topic(self, name, create=create)
 
     monkeypatch.setattr(Broker, "get_topic", get_topic)
-    with Broker(data_dir=tmp_path) as b:
-        conn = RawConnection.to(b.service_url)
-        try:
-            with caplog.at_level(logging.ERROR, logger="pulsarwire.broker"):
-                frame = producer(conn, f"persistent://{NS}/doomed")
-            code, message = error_of(frame)
-            assert code == pb.InvalidTopicName and "too long" in message
-            assert producer(conn, new_topic("fine"), producer_id=3).type == T.PRODUCER_SUCCESS
-            errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-            assert len(errors) == 1 and errors[0].exc_info is not None
-            assert "PRODUCER" in errors[0].getMessage()
-            ping(conn)
-        finally:
-            conn.close()
+    b = start_broker(data_dir=tmp_path)
+    conn = RawConnection.to(b.service_url)
+    try:
+        with caplog.at_level(logging.ERROR, logger="pulsarwire.broker"):
+            frame = producer(conn, f"persistent://{NS}/doomed")
+        code, message = error_of(frame)
+        assert code == pb.InvalidTopicName and "too long" in message
+        assert producer(conn, new_topic("fine"), producer_id=3).type == T.PRODUCER_SUCCESS
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and errors[0].exc_info is not None
+        assert "PRODUCER" in errors[0].getMessage()
+        ping(conn)
+    finally:
+        conn.close()
 
 
 # -- schemas --------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from tests.helpers.hostile import (
     read_all,
     send_frame,
 )
-from tests.pulsarwire.broker.support import QUIET, new_topic
+from tests.helpers.judge import QUIET, new_topic
 
 T = pb.BaseCommand
 

@@ -50,8 +50,8 @@ from tests.helpers.hostile import (
     ping,
     producer,
 )
+from tests.helpers.judge import make_client, new_topic, read_n, receive_n
 from tests.helpers.raw import RawConnection
-from tests.pulsarwire.broker.support import make_client, new_topic, read_n, receive_n
 
 T = pb.BaseCommand
 E = pb.ServerError

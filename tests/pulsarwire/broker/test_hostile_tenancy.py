@@ -55,6 +55,7 @@ from pulsarwire.codec import Frame, encode_command, new_command
 from pulsarwire.codec.frames import sub_command
 from pulsarwire.errors import AuthenticationError
 from pulsarwire.proto import pb
+from tests.helpers.broker_cli import cli_broker
 from tests.helpers.hostile import (
     answer,
     assert_bystander_served,
@@ -64,9 +65,8 @@ from tests.helpers.hostile import (
     ping,
     producer,
 )
+from tests.helpers.judge import QUIET, assert_exactly, payloads, receive_n, send_all
 from tests.helpers.raw import RawConnection
-from tests.pulsarwire.broker.support import QUIET, assert_exactly, payloads, receive_n, send_all
-from tests.pulsarwire.broker.test_broker_cli import cli_broker
 
 T = pb.BaseCommand
 E = pb.ServerError

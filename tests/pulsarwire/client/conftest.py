@@ -1,19 +1,31 @@
-"""The client tests use the broker suite's fixtures: our broker, and official clients as the judge.
+"""Fixtures for the client suites that talk to a scripted fake broker (tests.helpers.fake_broker).
 
-``pw`` / ``make_pw`` are pulsarwire clients (see consumer_support); ``lite_url`` is a pulsar-lite
-broker per module (see lite_support).
+* ``fake`` — a :class:`~tests.helpers.fake_broker.ScriptedBroker` per test; the test fails if the
+  fake itself failed while serving.
+* ``fake_pw`` — a pulsarwire client of ``fake``, closed at teardown.
+
+The broker and official-client fixtures come from tests/pulsarwire/conftest.py.
 """
 
 from __future__ import annotations
 
-from tests.pulsarwire.broker.conftest import (  # noqa: F401  (pytest finds fixtures by name)
-    batching,
-    broker,
-    client,
-    make_client,
-    shared_broker,
-    start_broker,
-    topic,
-)
-from tests.pulsarwire.client.consumer_support import make_pw, pw  # noqa: F401
-from tests.pulsarwire.client.lite_support import lite_url  # noqa: F401
+from collections.abc import Iterator
+
+import pytest
+
+from pulsarwire.client.blocking import Client
+from tests.helpers.fake_broker import ScriptedBroker
+
+
+@pytest.fixture
+def fake() -> Iterator[ScriptedBroker]:
+    with ScriptedBroker() as b:
+        yield b
+    assert not b.errors, f"the fake broker failed while serving: {b.errors!r}"
+
+
+@pytest.fixture
+def fake_pw(fake: ScriptedBroker) -> Iterator[Client]:
+    c = Client(fake.url, operation_timeout_seconds=10)
+    yield c
+    c.close()

@@ -27,7 +27,8 @@ from pulsarwire.codec.frames import Payload
 from pulsarwire.errors import CorruptMessageError
 from pulsarwire.proto import pb
 from pulsarwire.protocol.connection import MessageReceived
-from tests.pulsarwire.broker.support import make_client, new_topic, receive_n
+from tests.helpers.examples import examples
+from tests.helpers.judge import make_client, new_topic, receive_n
 
 
 def produce(b: Broker, topic: str, n: int, **producer_options: object) -> list[pulsar.Message]:
@@ -257,7 +258,7 @@ def assert_same_reads(a: _ColumnReader, b: _ColumnReader) -> None:
     assert [str(e) for e in a.queue.errors] == [str(e) for e in b.queue.errors]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     entries=st.lists(batch_entries(), min_size=1, max_size=4),
     end_at=st.floats(0, 1),

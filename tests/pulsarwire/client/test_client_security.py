@@ -14,8 +14,7 @@ from pulsarwire.broker import Broker, Grants, TokenAuth
 from pulsarwire.client.auth import AuthenticationToken
 from pulsarwire.client.blocking import Client
 from pulsarwire.errors import AuthenticationError, ConnectError
-from tests.pulsarwire.broker.support import new_topic, payloads
-from tests.pulsarwire.client.test_producer_faults import read_all
+from tests.helpers.judge import new_topic, payloads, read_all
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 ALICE = Grants.of("alice:public/default:produce,consume")

@@ -15,8 +15,8 @@ import pytest
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client, ConsumerType, InitialPosition
 from pulsarwire.errors import AlreadyClosedError, ConsumerBusy, InvalidConfigurationError
-from tests.pulsarwire.broker.support import assert_exactly, payloads, send_all
-from tests.pulsarwire.client.consumer_support import (
+from tests.helpers.judge import assert_exactly, payloads, send_all
+from tests.helpers.pw_client import (
     backlog,
     pw_assert_silent,
     pw_drain,
@@ -399,7 +399,7 @@ def test_key_shared_sticky_ranges_pin_keys_and_refuse_overlaps(shared_broker: Br
     from pulsarwire.client.blocking import KeySharedPolicy
     from pulsarwire.codec.hashing import murmur3_32
     from pulsarwire.errors import ConsumerAssignError, OperationTimeoutError
-    from tests.pulsarwire.broker.support import new_topic
+    from tests.helpers.judge import new_topic
 
     topic = new_topic("sticky")
     halves = [((0, 32767),), ((32768, 65535),)]

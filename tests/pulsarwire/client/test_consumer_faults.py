@@ -24,8 +24,8 @@ from pulsarwire.client.blocking import Client, ConsumerType, InitialPosition
 from pulsarwire.client.message import Message
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import OperationTimeoutError
-from tests.pulsarwire.broker.support import payloads, read_n
-from tests.pulsarwire.client.consumer_support import (
+from tests.helpers.judge import payloads, read_n
+from tests.helpers.pw_client import (
     backlog,
     on_client_loop,
     pw_assert_silent,

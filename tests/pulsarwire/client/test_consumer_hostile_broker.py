@@ -19,8 +19,6 @@ so the consumer sees exactly the bytes a test chose:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from pulsarwire.client.blocking import Client, Consumer, ConsumerType, InitialPosition
@@ -29,25 +27,11 @@ from pulsarwire.codec import MessageId, compress, encode_batch
 from pulsarwire.codec.frames import encode_payload_section
 from pulsarwire.errors import CorruptMessageError, OperationTimeoutError
 from pulsarwire.proto import pb
-from tests.pulsarwire.client.fake_broker import ScriptedBroker
+from tests.helpers.fake_broker import ScriptedBroker
 
 T = pb.BaseCommand
 TOPIC = "persistent://public/default/hostile"
 MiB = 1024 * 1024
-
-
-@pytest.fixture
-def fake() -> Iterator[ScriptedBroker]:
-    with ScriptedBroker() as b:
-        yield b
-    assert not b.errors, f"the fake broker failed while serving: {b.errors!r}"
-
-
-@pytest.fixture
-def pw(fake: ScriptedBroker) -> Iterator[Client]:
-    c = Client(fake.url, operation_timeout_seconds=10)
-    yield c
-    c.close()
 
 
 def single(seq: int, payload: bytes, **kw: object) -> pb.MessageMetadata:
@@ -69,13 +53,13 @@ def batch_entry(seq: int, payloads: list[bytes], codec: int = pb.NONE, count: in
     return encode_payload_section(md, compress(codec, raw), checksum=False)
 
 
-def subscribe(pw: Client, **kw: object) -> Consumer:
+def subscribe(fake_pw: Client, **kw: object) -> Consumer:
     options: dict[str, object] = {
         "consumer_type": ConsumerType.Shared,
         "initial_position": InitialPosition.Earliest,
     }
     options.update(kw)
-    return pw.subscribe(TOPIC, "sub", **options)
+    return fake_pw.subscribe(TOPIC, "sub", **options)
 
 
 def receive_good(
@@ -110,7 +94,7 @@ def assert_quiet(consumer: Consumer, wait_ms: int = 500) -> None:
 
 @pytest.mark.parametrize("with_bem", [False, True], ids=["plain", "broker-entry-metadata"])
 def test_entries_without_checksum_section_are_delivered(
-    fake: ScriptedBroker, pw: Client, with_bem: bool
+    fake: ScriptedBroker, fake_pw: Client, with_bem: bool
 ) -> None:
     bem = pb.BrokerEntryMetadata(broker_timestamp=1_700_000_000_999, index=7) if with_bem else None
     ids = []
@@ -131,7 +115,7 @@ def test_entries_without_checksum_section_are_delivered(
             section = head + section
         ids.append(fake.store_section(TOPIC, section, 4))
     assert not any(e.section.startswith(b"\x0e\x01") for e in fake.entries(TOPIC))
-    consumer = subscribe(pw)
+    consumer = subscribe(fake_pw)
     got, bad = receive_good(consumer, 5 * 5)
     assert bad == []
     expected = []
@@ -146,7 +130,7 @@ def test_entries_without_checksum_section_are_delivered(
     assert_quiet(consumer)
 
 
-def test_decompression_follows_max_message_size_from_connected(pw: Client) -> None:
+def test_decompression_follows_max_message_size_from_connected(fake_pw: Client) -> None:
     """A 12 MiB message (LZ4) from a broker announcing 16 MiB: above the old fixed 5 MiB limit."""
     with ScriptedBroker(max_message_size=16 * MiB) as big:
         client = Client(big.url, operation_timeout_seconds=10)
@@ -161,13 +145,13 @@ def test_decompression_follows_max_message_size_from_connected(pw: Client) -> No
             client.close()
 
 
-def test_decompression_beyond_the_announced_size_is_corrupt(fake: ScriptedBroker, pw: Client) -> None:
+def test_decompression_beyond_the_announced_size_is_corrupt(fake: ScriptedBroker, fake_pw: Client) -> None:
     """The same limit refuses more: 5 MiB announced (the default), 6 MiB declared uncompressed."""
     payload = b"z" * (6 * MiB)
     md = single(1, payload, compression=pb.ZLIB, uncompressed_size=len(payload))
     bad_id = fake.store(TOPIC, md, compress(pb.ZLIB, payload))
     fake.store(TOPIC, single(2, b"after"), b"after")
-    consumer = subscribe(pw)
+    consumer = subscribe(fake_pw)
     (after,), bad = receive_good(consumer, 1)
     assert after.data() == b"after"
     assert [(e.message_id.entry_id, "over the limit" in e.reason) for e in bad] == [(bad_id.entry_id, True)]
@@ -184,7 +168,7 @@ POISON = [
 
 @pytest.mark.parametrize("count", POISON)
 def test_poison_batch_count_is_reported_once_and_the_rest_flows(
-    fake: ScriptedBroker, pw: Client, count: int
+    fake: ScriptedBroker, fake_pw: Client, count: int
 ) -> None:
     """Poison entries among 300 good messages and a receiver queue of 50: every good message
     arrives on the first connection (no FlowControlError, no reconnect), each poison entry is
@@ -199,7 +183,7 @@ def test_poison_batch_count_is_reported_once_and_the_rest_flows(
         trio = [f"m{i:03d}-{j}".encode() for j in range(3)]
         values += trio
         fake.store_section(TOPIC, batch_entry(3 * i, trio), 3)
-    consumer = subscribe(pw, receiver_queue_size=50)
+    consumer = subscribe(fake_pw, receiver_queue_size=50)
     got, bad = receive_good(consumer, len(values))
     assert [m.data() for m in got] == values
     assert sorted(e.message_id.entry_id for e in bad) == [p.entry_id for p in poison_ids]
@@ -221,14 +205,14 @@ def test_poison_batch_count_is_reported_once_and_the_rest_flows(
     consumer.close()
 
 
-def test_poison_count_zero_costs_no_permit_on_a_literal_broker(fake: ScriptedBroker, pw: Client) -> None:
+def test_poison_count_zero_costs_no_permit_on_a_literal_broker(fake: ScriptedBroker, fake_pw: Client) -> None:
     """With a receiver queue of 10, 10 good single messages behind 10 free poison entries: a broker
     that charges nothing for them may send all 20 on the first 10 permits; that is no flood."""
     for i in range(10):
         fake.store_section(TOPIC, batch_entry(100 + i, [b"x"], count=0), 0)
     for i in range(10):
         fake.store(TOPIC, single(i, b""), f"good {i}".encode())
-    consumer = subscribe(pw, receiver_queue_size=10)
+    consumer = subscribe(fake_pw, receiver_queue_size=10)
     got, bad = receive_good(consumer, 10)
     assert [m.data() for m in got] == [f"good {i}".encode() for i in range(10)]
     assert len(bad) == 10
@@ -250,10 +234,10 @@ def chunk_section(uuid: str, chunk: int, chunks: int, total: int, data: bytes, s
     return encode_payload_section(md, data, checksum=False)
 
 
-def test_expired_incomplete_chunked_message_is_acknowledged(fake: ScriptedBroker, pw: Client) -> None:
+def test_expired_incomplete_chunked_message_is_acknowledged(fake: ScriptedBroker, fake_pw: Client) -> None:
     first = fake.store_section(TOPIC, chunk_section("lost", 0, 3, 30, b"a" * 10, 1))
     second = fake.store_section(TOPIC, chunk_section("lost", 1, 3, 30, b"b" * 10, 1))
-    consumer = subscribe(pw, expire_time_of_incomplete_chunked_message_ms=200)
+    consumer = subscribe(fake_pw, expire_time_of_incomplete_chunked_message_ms=200)
     fake.wait_for(
         lambda r: (
             {(first.ledger_id, first.entry_id), (second.ledger_id, second.entry_id)} <= r.acked_entries("sub")
@@ -268,7 +252,7 @@ def test_expired_incomplete_chunked_message_is_acknowledged(fake: ScriptedBroker
 
 
 def test_chunked_message_evicted_to_make_room_is_redelivered_and_read_whole(
-    fake: ScriptedBroker, pw: Client
+    fake: ScriptedBroker, fake_pw: Client
 ) -> None:
     """Two chunked messages interleaved, room for one: the first is evicted when the second starts,
     redelivered, and both arrive whole; nothing is reported corrupt and the record is drained."""
@@ -278,7 +262,7 @@ def test_chunked_message_evicted_to_make_room_is_redelivered_and_read_whole(
     fake.store_section(TOPIC, chunk_section("B", 0, 2, 16, b[0], 2))
     fake.store_section(TOPIC, chunk_section("A", 1, 2, 16, a[1], 1))
     fake.store_section(TOPIC, chunk_section("B", 1, 2, 16, b[1], 2))
-    consumer = subscribe(pw, max_pending_chunked_message=1, negative_ack_redelivery_delay_ms=100)
+    consumer = subscribe(fake_pw, max_pending_chunked_message=1, negative_ack_redelivery_delay_ms=100)
     got, bad = receive_good(consumer, 2)
     assert bad == []
     assert sorted(m.data() for m in got) == [b"".join(a), b"".join(b)]
@@ -289,13 +273,13 @@ def test_chunked_message_evicted_to_make_room_is_redelivered_and_read_whole(
     assert_quiet(consumer)
 
 
-def test_evicted_chunked_message_is_acknowledged_when_asked(fake: ScriptedBroker, pw: Client) -> None:
+def test_evicted_chunked_message_is_acknowledged_when_asked(fake: ScriptedBroker, fake_pw: Client) -> None:
     fake.store_section(TOPIC, chunk_section("A", 0, 2, 16, b"A" * 8, 1))
     fake.store_section(TOPIC, chunk_section("B", 0, 2, 16, b"B" * 8, 2))
     fake.store_section(TOPIC, chunk_section("A", 1, 2, 16, b"a" * 8, 1))
     fake.store_section(TOPIC, chunk_section("B", 1, 2, 16, b"b" * 8, 2))
     consumer = subscribe(
-        pw, max_pending_chunked_message=1, auto_ack_oldest_chunked_message_on_queue_full=True
+        fake_pw, max_pending_chunked_message=1, auto_ack_oldest_chunked_message_on_queue_full=True
     )
     (whole,), bad = receive_good(consumer, 1)
     assert whole.data() == b"B" * 8 + b"b" * 8 and bad == []
@@ -304,13 +288,13 @@ def test_evicted_chunked_message_is_acknowledged_when_asked(fake: ScriptedBroker
     assert_quiet(consumer)
 
 
-def test_a_flood_of_evictions_keeps_the_record_bounded(fake: ScriptedBroker, pw: Client) -> None:
+def test_a_flood_of_evictions_keeps_the_record_bounded(fake: ScriptedBroker, fake_pw: Client) -> None:
     """200 chunked messages that never complete, room for 2: the reassembler's record is drained
     after every chunk (nothing left, nothing pushed out), each evicted first chunk waits for its
     redelivery like a negatively acknowledged message, and the message behind them arrives."""
     firsts = [fake.store_section(TOPIC, chunk_section(f"u{i}", 0, 2, 16, b"x" * 8, i)) for i in range(200)]
     fake.store(TOPIC, single(1000, b""), b"survivor")
-    consumer = subscribe(pw, max_pending_chunked_message=2, receiver_queue_size=50)
+    consumer = subscribe(fake_pw, max_pending_chunked_message=2, receiver_queue_size=50)
     (msg,), bad = receive_good(consumer, 1)
     assert msg.data() == b"survivor" and bad == []
     part = consumer._core.parts[0]
@@ -335,29 +319,29 @@ def _range_with_poison(fake: ScriptedBroker) -> list[MessageId]:
     ]
 
 
-def _read(pw: Client, start: MessageId, end: MessageId, on_corrupt: str) -> list[dict[str, object]]:
-    batches = pw.read_arrow(TOPIC, start, end, idle_timeout=5, on_corrupt=on_corrupt)
+def _read(fake_pw: Client, start: MessageId, end: MessageId, on_corrupt: str) -> list[dict[str, object]]:
+    batches = fake_pw.read_arrow(TOPIC, start, end, idle_timeout=5, on_corrupt=on_corrupt)
     return [row for batch in batches for row in batch.to_pylist()]
 
 
-def test_read_arrow_raises_on_a_corrupt_entry_by_default(fake: ScriptedBroker, pw: Client) -> None:
+def test_read_arrow_raises_on_a_corrupt_entry_by_default(fake: ScriptedBroker, fake_pw: Client) -> None:
     ids = _range_with_poison(fake)
     with pytest.raises(CorruptMessageError) as info:
-        _read(pw, MessageId.EARLIEST, ids[-1], "raise")
+        _read(fake_pw, MessageId.EARLIEST, ids[-1], "raise")
     assert info.value.message_id.entry_id == ids[1].entry_id
 
 
-def test_read_arrow_skips_corrupt_entries(fake: ScriptedBroker, pw: Client) -> None:
+def test_read_arrow_skips_corrupt_entries(fake: ScriptedBroker, fake_pw: Client) -> None:
     ids = _range_with_poison(fake)
-    rows = _read(pw, MessageId.EARLIEST, ids[-1], "skip")
+    rows = _read(fake_pw, MessageId.EARLIEST, ids[-1], "skip")
     assert [r["value"] for r in rows] == [b"a0", b"a1", b"a2", b"b", b"c"]
     assert "corrupt_reason" not in rows[0]
 
 
-def test_read_arrow_makes_rows_of_corrupt_entries(fake: ScriptedBroker, pw: Client) -> None:
+def test_read_arrow_makes_rows_of_corrupt_entries(fake: ScriptedBroker, fake_pw: Client) -> None:
     ids = _range_with_poison(fake)
     sections = [e.section for e in fake.entries(TOPIC)]
-    rows = _read(pw, MessageId.EARLIEST, ids[-1], "rows")
+    rows = _read(fake_pw, MessageId.EARLIEST, ids[-1], "rows")
     assert [(r["value"], r["entry_id"], r["batch_index"]) for r in rows] == [
         (b"a0", ids[0].entry_id, 0),
         (b"a1", ids[0].entry_id, 1),
@@ -374,10 +358,10 @@ def test_read_arrow_makes_rows_of_corrupt_entries(fake: ScriptedBroker, pw: Clie
     assert rows[3]["publish_time"] is None and rows[3]["producer_name"] is None
 
 
-def test_read_arrow_corrupt_entries_at_the_range_edges(fake: ScriptedBroker, pw: Client) -> None:
+def test_read_arrow_corrupt_entries_at_the_range_edges(fake: ScriptedBroker, fake_pw: Client) -> None:
     """A corrupt start entry was the range before's; a corrupt end entry ends the range at once."""
     ids = _range_with_poison(fake)
-    rows = _read(pw, ids[1], ids[3], "rows")
+    rows = _read(fake_pw, ids[1], ids[3], "rows")
     assert [(r["entry_id"], r["corrupt_reason"] is not None) for r in rows] == [
         (ids[2].entry_id, False),
         (ids[3].entry_id, True),

@@ -17,48 +17,17 @@ import pytest
 
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client, ConsumerType, InitialPosition
-from tests.pulsarwire.broker.support import receive_n
-from tests.pulsarwire.client.consumer_support import (
+from tests.helpers.judge import receive_n, send_each
+from tests.helpers.pw_client import (
+    COMPRESSIONS,
+    assert_same_records,
     backlog,
     judge_and_pw,
     pw_assert_silent,
     pw_receive_n,
     record,
-    send_each,
+    varied_messages,
 )
-
-COMPRESSIONS = [
-    pulsar.CompressionType.NONE,
-    pulsar.CompressionType.LZ4,
-    pulsar.CompressionType.ZLib,
-    pulsar.CompressionType.ZSTD,
-    pulsar.CompressionType.SNAPPY,
-]
-
-
-def varied_messages(n: int) -> list[tuple[bytes, dict[str, Any]]]:
-    """Payloads of several sizes (compressible and not), with and without keys, properties, event times."""
-    out: list[tuple[bytes, dict[str, Any]]] = []
-    for i in range(n):
-        body = f"m-{i:05d}|".encode() + (b"abc" * (i * 37 % 400)) + os.urandom(i % 5)
-        kwargs: dict[str, Any] = {}
-        if i % 3:
-            kwargs["partition_key"] = f"key-{i % 4}"
-        if i % 4 == 1:
-            kwargs["ordering_key"] = f"order-{i % 2}"
-        if i % 2:
-            kwargs["properties"] = {"i": str(i), "kind": "odd", "empty": ""}
-        if i % 5:
-            kwargs["event_timestamp"] = 1_700_000_000_000 + i
-        out.append((body, kwargs))
-    return out
-
-
-def assert_same_records(got: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
-    assert len(got) == len(expected)
-    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
-        diff = {k: (g[k], e[k]) for k in e if g[k] != e[k] and k != "data"}
-        assert not diff and g["data"] == e["data"], f"message {i} differs (pulsarwire, official): {diff}"
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS, ids=lambda c: c.name)

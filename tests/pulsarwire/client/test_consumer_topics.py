@@ -14,8 +14,8 @@ from pulsarwire.client.blocking import Client, ConsumerType, InitialPosition
 from pulsarwire.client.message import Message
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import CorruptMessageError, ReachedEndOfTopicError
-from tests.pulsarwire.broker.support import assert_exactly, new_topic, payloads, receive_n, send_all
-from tests.pulsarwire.client.consumer_support import (
+from tests.helpers.judge import assert_exactly, new_topic, payloads, receive_n, send_all
+from tests.helpers.pw_client import (
     Position,
     backlog,
     position,

@@ -9,7 +9,7 @@ import pulsar
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client, ConsumerType, DeadLetterPolicy, InitialPosition
 from pulsarwire.errors import OperationTimeoutError
-from tests.pulsarwire.broker.support import make_client, new_topic, read_n
+from tests.helpers.judge import make_client, new_topic, read_n
 
 
 def test_poison_message_goes_to_the_dead_letter_topic(shared_broker: Broker) -> None:

@@ -18,7 +18,7 @@ from pulsarwire.client.auth import AuthenticationToken
 from pulsarwire.client.blocking import Client
 from pulsarwire.errors import AuthenticationError, AuthorizationError, TopicNotFound
 from pulsarwire.proto import pb
-from tests.pulsarwire.broker.support import new_topic
+from tests.helpers.judge import new_topic
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 

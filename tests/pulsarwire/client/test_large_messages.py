@@ -15,7 +15,7 @@ import pytest
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client, CompressionType, ConsumerType, InitialPosition
 from pulsarwire.codec import MessageId
-from tests.pulsarwire.broker.support import new_topic
+from tests.helpers.judge import new_topic
 
 MiB = 1024 * 1024
 

@@ -29,7 +29,7 @@ from pulsarwire.errors import (
     TlsDowngradeError,
 )
 from pulsarwire.proto import pb
-from tests.pulsarwire.client.fake_broker import ScriptedBroker, lookup_answer
+from tests.helpers.fake_broker import ScriptedBroker, lookup_answer
 
 T = pb.BaseCommand
 TOPIC = "persistent://public/default/looked-up"

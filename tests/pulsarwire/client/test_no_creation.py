@@ -36,19 +36,19 @@ def http_port() -> Iterator[int]:
     server.shutdown()
 
 
-def test_asking_about_a_missing_topic_does_not_create_it() -> None:
-    with Broker() as broker:  # auto-creation on, as Pulsar standalone
-        client = Client(broker.service_url)
-        try:
-            name = "persistent://public/default/not-there"
-            assert client.get_topic_partitions("not-there", create=False) == [name]
-            with pytest.raises(TopicNotFound):
-                client.subscribe("not-there", "s", force_topic_creation=False)
-            assert not broker.topic_exists(name)
-            client.subscribe("not-there", "s").close()  # the default still creates, as Pulsar does
-            assert broker.topic_exists(name)
-        finally:
-            client.close()
+def test_asking_about_a_missing_topic_does_not_create_it(broker: Broker) -> None:
+    # auto-creation on, as Pulsar standalone
+    client = Client(broker.service_url)
+    try:
+        name = "persistent://public/default/not-there"
+        assert client.get_topic_partitions("not-there", create=False) == [name]
+        with pytest.raises(TopicNotFound):
+            client.subscribe("not-there", "s", force_topic_creation=False)
+        assert not broker.topic_exists(name)
+        client.subscribe("not-there", "s").close()  # the default still creates, as Pulsar does
+        assert broker.topic_exists(name)
+    finally:
+        client.close()
 
 
 def test_failures_that_cannot_heal_are_not_retried(http_port: int) -> None:
@@ -67,13 +67,12 @@ def test_failures_that_cannot_heal_are_not_retried(http_port: int) -> None:
         assert cause in str(info.value)
 
 
-def test_refused_is_retried_and_check_connection_connects_once() -> None:
-    with Broker() as broker:
-        client = Client(broker.service_url)
-        try:
-            assert client.check_connection(2.0) == broker.service_url
-        finally:
-            client.close()
+def test_refused_is_retried_and_check_connection_connects_once(broker: Broker) -> None:
+    client = Client(broker.service_url)
+    try:
+        assert client.check_connection(2.0) == broker.service_url
+    finally:
+        client.close()
     client = Client("pulsar://127.0.0.1:1", operation_timeout_seconds=1.5)
     t = time.monotonic()
     try:

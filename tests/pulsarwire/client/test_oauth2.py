@@ -32,8 +32,8 @@ from pulsarwire.errors import (
     PulsarWireError,
 )
 from tests.helpers.hostile import broker_url
+from tests.helpers.judge import new_topic
 from tests.helpers.oauth2_issuer import LocalIssuer
-from tests.pulsarwire.broker.support import new_topic
 
 SECRET = "s3cr3t-client-secret-value"
 ALICE = Grants.of("alice:public/default:produce,consume")

@@ -13,9 +13,8 @@ from pulsarwire.codec import new_command
 from pulsarwire.codec.frames import Frame
 from pulsarwire.errors import ProducerQueueIsFullError, SendTimeoutError, TooManyRedirectsError
 from pulsarwire.proto import pb
+from tests.helpers.judge import new_topic, payloads, read_all
 from tests.helpers.recorder import Connection, Recorder
-from tests.pulsarwire.broker.support import new_topic, payloads
-from tests.pulsarwire.client.test_producer_faults import read_all
 
 T = pb.BaseCommand
 

@@ -11,23 +11,11 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import pulsar
 import pytest
 
 from pulsarwire.broker import Broker, Cluster
 from pulsarwire.client.blocking import Client
-from tests.pulsarwire.broker.support import make_client, new_topic, payloads, read_n
-
-
-def read_all(service_url: str, topic: str, n: int) -> list[bytes]:
-    official = make_client(service_url)
-    try:
-        reader = official.create_reader(topic, pulsar.MessageId.earliest)
-        got = [m.data() for m in read_n(reader, n, timeout_ms=10_000)]
-        assert not reader.has_message_available(), "more messages on the topic than were sent"
-        return got
-    finally:
-        official.close()
+from tests.helpers.judge import new_topic, payloads, read_all
 
 
 def produce_through(

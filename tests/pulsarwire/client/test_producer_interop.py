@@ -39,7 +39,7 @@ from pulsarwire.codec import MessageId, open_entry
 from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE, U32
 from pulsarwire.errors import MessageTooBigError, NotAllowedError, SendTimeoutError
 from pulsarwire.proto import pb
-from tests.pulsarwire.broker.support import (
+from tests.helpers.judge import (
     assert_exactly,
     assert_silent,
     new_topic,

@@ -26,10 +26,17 @@ import pulsar
 import pytest
 
 from pulsarwire.client.blocking import Client, ConsumerType, InitialPosition
+from tests.helpers.judge import new_topic, receive_n, send_each
+from tests.helpers.pw_client import (
+    COMPRESSIONS,
+    assert_same_records,
+    judge_and_pw,
+    pw_assert_silent,
+    pw_receive_n,
+    record,
+    varied_messages,
+)
 from tests.helpers.recorder import Recorder
-from tests.pulsarwire.broker.support import new_topic, receive_n, send_each
-from tests.pulsarwire.client.consumer_support import judge_and_pw, pw_assert_silent, pw_receive_n, record
-from tests.pulsarwire.client.test_consumer_interop import COMPRESSIONS, assert_same_records, varied_messages
 
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 

@@ -1,6 +1,6 @@
 """Smoke interop on a second, independent broker: pulsar-lite (Rust), judged by the official consumer.
 
-pulsar-lite runs as a subprocess (``lite_support.lite_url``). Only what pulsar-lite does reliably
+pulsar-lite runs as a subprocess (``tests.helpers.pulsar_lite.lite_url``). Only what pulsar-lite does reliably
 is relied on (see shared/guide/TESTING.md): consumers subscribe Shared (Exclusive/Failover live
 consumption duplicates). Chunking is not smoke-tested here: pulsar-lite announces no
 max_message_size and refuses any chunk whose metadata + payload exceed 5 MiB, and the official C++
@@ -19,7 +19,7 @@ import pytest
 
 from pulsarwire.client.blocking import Client, CompressionType, Producer
 from pulsarwire.codec import MessageId
-from tests.pulsarwire.broker.support import assert_exactly, assert_silent, new_topic, position, receive_n
+from tests.helpers.judge import assert_exactly, assert_silent, new_topic, position, receive_n
 
 
 @pytest.fixture(scope="module")

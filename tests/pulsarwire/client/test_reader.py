@@ -15,8 +15,8 @@ import pytest
 
 from pulsarwire.client.blocking import Client, ConsumerType, InitialPosition, Reader
 from pulsarwire.codec.message_id import MessageId
-from tests.pulsarwire.broker.support import payloads, send_all
-from tests.pulsarwire.client.consumer_support import (
+from tests.helpers.judge import payloads, send_all
+from tests.helpers.pw_client import (
     position,
     pw_assert_silent,
     pw_receive_n,

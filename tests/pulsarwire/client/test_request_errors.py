@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -27,8 +27,8 @@ from pulsarwire.errors import (
     TopicNotFound,
 )
 from pulsarwire.proto import pb
+from tests.helpers.fake_broker import ScriptedBroker, error_answer, lookup_answer, topic_of
 from tests.helpers.recorder import Connection
-from tests.pulsarwire.client.fake_broker import ScriptedBroker, error_answer, lookup_answer, topic_of
 
 T = pb.BaseCommand
 GOOD = "persistent://public/default/good"
@@ -40,20 +40,6 @@ ERRORS = [
     pytest.param(AuthorizationError, id="AuthorizationError"),
     pytest.param(TopicNotFound, id="TopicNotFound"),
 ]
-
-
-@pytest.fixture
-def fake() -> Iterator[ScriptedBroker]:
-    with ScriptedBroker() as b:
-        yield b
-    assert not b.errors, f"the fake broker failed while serving: {b.errors!r}"
-
-
-@pytest.fixture
-def pw(fake: ScriptedBroker) -> Iterator[Client]:
-    c = Client(fake.url, operation_timeout_seconds=10)
-    yield c
-    c.close()
 
 
 def on_bad(frame: Frame) -> bool:
@@ -84,9 +70,9 @@ def assert_bystander_unharmed(fake: ScriptedBroker, producer: object, sends_befo
 @pytest.mark.parametrize("error", ERRORS)
 @pytest.mark.parametrize("request_type", ["PRODUCER", "SUBSCRIBE", "LOOKUP", "PARTITIONED_METADATA"])
 def test_refused_request_fails_once_with_its_typed_error(
-    fake: ScriptedBroker, pw: Client, error: type[ServerError], request_type: str
+    fake: ScriptedBroker, fake_pw: Client, error: type[ServerError], request_type: str
 ) -> None:
-    bystander = pw.create_producer(GOOD)
+    bystander = fake_pw.create_producer(GOOD)
     bystander.send(b"before")
     kind = getattr(T, request_type)
     if kind == T.LOOKUP:
@@ -97,26 +83,26 @@ def test_refused_request_fails_once_with_its_typed_error(
         fake.script(kind, error_answer(error.code, f"no {LONG[:10]}...", when=on_bad))
     with pytest.raises(error):
         if kind == T.SUBSCRIBE:
-            pw.subscribe(BAD, "sub")
+            fake_pw.subscribe(BAD, "sub")
         else:
-            pw.create_producer(BAD)
+            fake_pw.create_producer(BAD)
     asked = [f for f in fake.frames(kind) if topic_of(f.decoded) == BAD]
     assert len(asked) == 1, f"{request_type} was sent {len(asked)} times"
     assert_bystander_unharmed(fake, bystander, 1)
 
 
-def test_our_broker_answers_a_300_character_topic_name_at_once() -> None:
+def test_our_broker_answers_a_300_character_topic_name_at_once(broker: Broker) -> None:
     """In memory our broker stores the name; with any typed answer the call returns at once."""
-    with Broker() as b:
-        client = Client(b.service_url, operation_timeout_seconds=10)
-        try:
-            bystander = client.create_producer(GOOD)
-            started = time.monotonic()
-            with contextlib.suppress(ServerError):  # a typed refusal is an answer too
-                client.create_producer(LONG).send(b"long name")
-            took = time.monotonic() - started
-            bystander.send(b"still here")
-        finally:
-            client.close()
-        assert took < 5, f"create_producer of a 300-character topic took {took:.1f} s (a retry loop?)"
-        assert b.connections_accepted == 1
+    b = broker
+    client = Client(b.service_url, operation_timeout_seconds=10)
+    try:
+        bystander = client.create_producer(GOOD)
+        started = time.monotonic()
+        with contextlib.suppress(ServerError):  # a typed refusal is an answer too
+            client.create_producer(LONG).send(b"long name")
+        took = time.monotonic() - started
+        bystander.send(b"still here")
+    finally:
+        client.close()
+    assert took < 5, f"create_producer of a 300-character topic took {took:.1f} s (a retry loop?)"
+    assert b.connections_accepted == 1

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from pulsarwire.client.routing import HashingScheme, Router, RoutingMode, partition_for_key
 from pulsarwire.codec.hashing import java_string_hash, murmur3_32_hash
+from tests.helpers.examples import examples
 
 JAVA = HashingScheme.JavaStringHash
 MURMUR = HashingScheme.Murmur3_32Hash
@@ -244,7 +245,7 @@ def test_partition_count_must_be_positive(n: int) -> None:
 keys = st.one_of(st.none(), st.text(max_size=30))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     mode=st.sampled_from([RoutingMode.RoundRobinPartition, RoutingMode.SinglePartition]),
     scheme=st.sampled_from(list(HashingScheme)),
@@ -277,7 +278,7 @@ def test_choice_is_always_in_range(
             assert p == scheme.hash(key) % n
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(key=st.text(max_size=30), n=st.integers(min_value=1, max_value=1 << 20))
 def test_key_routing_is_the_same_across_routers(key: str, n: int) -> None:
     a = Router(RoutingMode.RoundRobinPartition, rng=random.Random(1))

@@ -27,8 +27,9 @@ from pulsarwire.codec import batch
 from pulsarwire.codec.batch import BatchColumns, key_bytes, split_batch, split_batch_columns
 from pulsarwire.errors import BatchEntryError, PulsarWireError
 from pulsarwire.proto import pb
+from tests.helpers.examples import examples
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 U32 = struct.Struct(">I")
 
 # ---------------------------------------------------------------------------

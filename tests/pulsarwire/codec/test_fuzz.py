@@ -42,14 +42,15 @@ from pulsarwire.errors import (
     PulsarWireError,
 )
 from pulsarwire.proto import pb
+from tests.helpers.examples import examples
 
 U32 = struct.Struct(">I")
 T = pb.BaseCommand
 MAX_MESSAGE = 64 * 1024
 MAX_UNCOMPRESSED = 256 * 1024
 
-FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FUZZ_SMALL = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ_SMALL = settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 INTERESTING_U32 = [
     0,

@@ -40,6 +40,7 @@ from pulsarwire.codec import (
 from pulsarwire.codec.frames import encode_payload_section, entry_layout
 from pulsarwire.errors import PulsarWireError
 from pulsarwire.proto import pb
+from tests.helpers.examples import examples
 from tests.helpers.recorder import Recorder
 
 T = pb.BaseCommand
@@ -53,7 +54,7 @@ LAYOUTS = [
     pytest.param(True, True, id="bem+checksum"),
     pytest.param(False, True, id="bem+no-checksum"),
 ]
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _metadata() -> pb.MessageMetadata:

@@ -40,12 +40,13 @@ from pulsarwire.codec import (
     unacked_indexes,
 )
 from pulsarwire.proto import pb
+from tests.helpers.examples import examples
 
 T = pb.BaseCommand
 ALL_CODECS = [pb.NONE, pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY]
 CODEC_IDS = ["NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"]
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 u32 = st.integers(0, 2**32 - 1)
 u64 = st.integers(0, 2**64 - 1)
@@ -296,7 +297,7 @@ def test_frame_stream_round_trip_in_random_splits(specs: list[Spec], data: st.Da
         assert_frame(frame, spec)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=st.lists(frame_specs(), min_size=1, max_size=3))
 def test_frame_stream_round_trip_one_byte_at_a_time(specs: list[Spec]) -> None:
     stream = b"".join(s.encode() for s in specs)
@@ -352,7 +353,7 @@ def test_compress_decompress_round_trip(codec: int, data: bytes) -> None:
 
 
 @pytest.mark.parametrize("codec", ALL_CODECS, ids=CODEC_IDS)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(entries=batch_entries(), producer=message_metadata())
 def test_batch_round_trip_through_compression_and_open_entry(
     codec: int, entries: list[tuple[dict[str, Any], bytes]], producer: pb.MessageMetadata
@@ -399,7 +400,7 @@ def batch_and_unacked(draw: st.DrawFn) -> tuple[int, set[int]]:
     return size, draw(st.sets(st.integers(0, size - 1)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(case=batch_and_unacked())
 def test_ack_set_round_trip(case: tuple[int, set[int]]) -> None:
     size, unacked = case
@@ -452,7 +453,7 @@ def fields_of(m: MessageId) -> tuple[object, ...]:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(m=message_ids)
 def test_message_id_str_parse_round_trip(m: MessageId) -> None:
     back = MessageId.parse(str(m))
@@ -461,7 +462,7 @@ def test_message_id_str_parse_round_trip(m: MessageId) -> None:
     assert fields_of(back) == (*fields_of(m)[:4], 0, None)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(m=message_ids)
 def test_message_id_serialize_deserialize_round_trip(m: MessageId) -> None:
     back = MessageId.deserialize(m.serialize())
@@ -470,7 +471,7 @@ def test_message_id_serialize_deserialize_round_trip(m: MessageId) -> None:
     assert hash(back) == hash(m)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     a=message_ids,
     b=message_ids,
@@ -490,7 +491,7 @@ def test_message_id_order_is_tuple_order_within_a_partition(
         assert hash(a) == hash(b)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(ids=st.lists(message_ids, max_size=20))
 def test_message_id_sorting_matches_tuple_sorting(ids: list[MessageId]) -> None:
     ids = [m.with_partition(0) for m in ids]
@@ -498,7 +499,7 @@ def test_message_id_sorting_matches_tuple_sorting(ids: list[MessageId]) -> None:
     assert [fields_of(m)[:3] for m in sorted(ids)] == [fields_of(m)[:3] for m in by_key]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(m=message_ids)
 def test_message_id_entry_sorts_before_its_batch_indexes(m: MessageId) -> None:
     whole = m.entry()
@@ -545,7 +546,7 @@ unicode_text = st.text(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(s=unicode_text)
 def test_java_string_hash_matches_the_java_definition(s: str) -> None:
     assert java_string_hash(s) == java_hash_reference(s)
@@ -588,7 +589,7 @@ def test_murmur3_32_reference_vectors(data: bytes, seed: int, expected: int) -> 
     assert murmur3_32(data, seed) == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(s=unicode_text)
 def test_murmur3_32_hash_is_murmur3_of_utf8_masked(s: str) -> None:
     h = murmur3_32_hash(s)

@@ -19,18 +19,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import struct
-from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pulsarwire.codec import (
     DEFAULT_MAX_MESSAGE_SIZE,
     FRAME_PADDING,
-    Frame,
     FrameDecoder,
     MessageId,
     encode_command,
@@ -82,157 +79,26 @@ from pulsarwire.protocol.connection import (
     TopicListUpdate,
 )
 from pulsarwire.protocol.state import ConnectionState
+from tests.helpers.examples import examples
+from tests.helpers.protocol import (
+    KEEPALIVE,
+    U64_MAX,
+    closed_event,
+    command,
+    connected_frame,
+    events,
+    feed,
+    frame,
+    message_frame,
+    metadata,
+    new_client,
+    one_event,
+    raw_frame,
+    ready_client,
+    sent_frames,
+)
 
 T = pb.BaseCommand
-U64_MAX = 2**64 - 1
-KEEPALIVE = 30.0
-
-# ---------------------------------------------------------------------------
-# Helpers: a "broker" made of the codec
-# ---------------------------------------------------------------------------
-
-
-def fill_required(msg: Message) -> Message:
-    """Give every unset required field of ``msg`` (recursively) a harmless value."""
-    for f in msg.DESCRIPTOR.fields:
-        if not f.is_required or msg.HasField(f.name):
-            continue
-        if f.message_type is not None:
-            sub = getattr(msg, f.name)
-            sub.SetInParent()
-            fill_required(sub)
-        elif f.enum_type is not None:
-            setattr(msg, f.name, f.enum_type.values[0].number)
-        elif f.type == f.TYPE_STRING:
-            setattr(msg, f.name, "x")
-        elif f.type == f.TYPE_BYTES:
-            setattr(msg, f.name, b"x")
-        elif f.type == f.TYPE_BOOL:
-            setattr(msg, f.name, False)
-        else:
-            setattr(msg, f.name, 0)
-    return msg
-
-
-def command(type_: int, **fields: Any) -> pb.BaseCommand:
-    """A BaseCommand of ``type_`` whose sub-message has ``fields`` (nested messages as dicts)."""
-    cmd, sub = new_command(type_)
-    sub.MergeFrom(type(sub)(**fields))
-    fill_required(sub)
-    return cmd
-
-
-def frame(type_: int, **fields: Any) -> bytes:
-    return encode_command(command(type_, **fields))
-
-
-def connected_frame(**fields: Any) -> bytes:
-    fields.setdefault("server_version", "pulsarwire-broker/0.1")
-    fields.setdefault("protocol_version", PROTOCOL_VERSION)
-    return frame(T.CONNECTED, **fields)
-
-
-def metadata(sequence_id: int = 0, **fields: Any) -> pb.MessageMetadata:
-    return pb.MessageMetadata(
-        producer_name="prod-1", sequence_id=sequence_id, publish_time=1_700_000_000_000, **fields
-    )
-
-
-def message_frame(
-    consumer_id: int = 1,
-    ledger: int = 3,
-    entry: int = 4,
-    payload: bytes = b"hello",
-    *,
-    md: pb.MessageMetadata | None = None,
-    ack_set: Iterable[int] = (),
-    redelivery_count: int = 0,
-    partition: int | None = None,
-    batch_index: int | None = None,
-    broker_entry_metadata: pb.BrokerEntryMetadata | None = None,
-    corrupt: bool = False,
-) -> bytes:
-    mid: dict[str, int] = {"ledgerId": ledger % 2**64, "entryId": entry % 2**64}
-    if partition is not None:
-        mid["partition"] = partition
-    if batch_index is not None:
-        mid["batch_index"] = batch_index
-    cmd = command(
-        T.MESSAGE,
-        consumer_id=consumer_id,
-        message_id=mid,
-        ack_set=list(ack_set),
-        redelivery_count=redelivery_count,
-    )
-    section = bytearray(encode_payload_section(md or metadata(), payload, broker_entry_metadata))
-    if corrupt:
-        section[-1] ^= 0xFF  # payload byte: the CRC32C no longer matches
-    return encode_with_stored_entry(cmd, bytes(section))
-
-
-def sent_frames(proto: ClientProtocol) -> list[Frame]:
-    """Decode (and drain) everything the protocol queued for the broker."""
-    dec = FrameDecoder()
-    dec.feed(proto.data_to_send())
-    frames = list(dec)
-    dec.eof()
-    return frames
-
-
-def events(proto: ClientProtocol) -> list[Any]:
-    out = []
-    while (ev := proto.next_event()) is not None:
-        out.append(ev)
-    return out
-
-
-def one_event(proto: ClientProtocol) -> Any:
-    evs = events(proto)
-    assert len(evs) == 1, evs
-    return evs[0]
-
-
-def closed_event(proto: ClientProtocol) -> ConnectionClosed:
-    evs = events(proto)
-    assert len(evs) == 1 and isinstance(evs[0], ConnectionClosed), evs
-    assert proto.state is ConnectionState.CLOSED
-    assert proto.closed
-    return evs[0]
-
-
-def new_client(**kw: Any) -> ClientProtocol:
-    kw.setdefault("keepalive_interval", KEEPALIVE)
-    proto = ClientProtocol(**kw)
-    proto.connect(0.0)
-    proto.data_to_send()
-    return proto
-
-
-def ready_client(now: float = 0.0, **kw: Any) -> ClientProtocol:
-    """A client that has completed the handshake at ``now`` (default max_message_size)."""
-    proto = new_client(**kw)
-    proto.receive_data(connected_frame(), now)
-    assert isinstance(one_event(proto), Connected)
-    assert proto.data_to_send() == b""
-    return proto
-
-
-def norm(ev: Any) -> tuple[Any, ...]:
-    """A comparable form of an event (exceptions compare by identity, so compare type and text)."""
-    values: list[Any] = []
-    for f in dataclasses.fields(ev):
-        v = getattr(ev, f.name)
-        if isinstance(v, BaseException):
-            v = (type(v), str(v))
-        values.append(v)
-    return (type(ev), *values)
-
-
-def feed(proto: ClientProtocol, chunks: Iterable[bytes], now: float = 1.0) -> list[tuple[Any, ...]]:
-    for chunk in chunks:
-        proto.receive_data(chunk, now)
-    return [norm(e) for e in events(proto)]
-
 
 # ---------------------------------------------------------------------------
 # Handshake
@@ -1058,10 +924,6 @@ def test_send_message_refuses_frames_over_max_message_size_plus_padding() -> Non
 # ---------------------------------------------------------------------------
 
 
-def _raw(total: int, cmd_size: int, body: bytes = b"") -> bytes:
-    return struct.pack(">II", total, cmd_size) + body
-
-
 GARBAGE = [
     pytest.param(
         struct.pack(">I", DEFAULT_MAX_MESSAGE_SIZE + FRAME_PADDING + 1), FrameTooLargeError, id="over-max"
@@ -1069,12 +931,12 @@ GARBAGE = [
     pytest.param(struct.pack(">I", 2**31), FrameTooLargeError, id="2^31"),
     pytest.param(struct.pack(">I", 0xFFFFFFFF), FrameTooLargeError, id="u32-max"),
     pytest.param(struct.pack(">I", 3), FrameTooShortError, id="total<4"),
-    pytest.param(_raw(4, 0), CommandSizeError, id="command-size-0"),
-    pytest.param(_raw(10, 7, b"\x08\x12" * 3), CommandSizeError, id="command-size-past-frame"),
-    pytest.param(_raw(8, 4, b"\xff\xff\xff\xff"), MalformedCommandError, id="bad-protobuf"),
-    pytest.param(_raw(7, 3, b"\x08\xe7\x07"), UnknownCommandTypeError, id="unknown-type"),
-    pytest.param(_raw(6, 2, b"\x08\x06"), MissingSubCommandError, id="missing-sub"),  # SEND_RECEIPT
-    pytest.param(_raw(6, 2, b"\x10\x01"), MalformedCommandError, id="no-type"),
+    pytest.param(raw_frame(4, 0), CommandSizeError, id="command-size-0"),
+    pytest.param(raw_frame(10, 7, b"\x08\x12" * 3), CommandSizeError, id="command-size-past-frame"),
+    pytest.param(raw_frame(8, 4, b"\xff\xff\xff\xff"), MalformedCommandError, id="bad-protobuf"),
+    pytest.param(raw_frame(7, 3, b"\x08\xe7\x07"), UnknownCommandTypeError, id="unknown-type"),
+    pytest.param(raw_frame(6, 2, b"\x08\x06"), MissingSubCommandError, id="missing-sub"),  # SEND_RECEIPT
+    pytest.param(raw_frame(6, 2, b"\x10\x01"), MalformedCommandError, id="no-type"),
 ]
 
 
@@ -1118,7 +980,7 @@ def test_local_close() -> None:
     [
         pytest.param(lambda p: p.close(), id="local"),
         pytest.param(lambda p: p.receive_data(b"", 1.0), id="eof"),
-        pytest.param(lambda p: p.receive_data(_raw(4, 0), 1.0), id="garbage"),
+        pytest.param(lambda p: p.receive_data(raw_frame(4, 0), 1.0), id="garbage"),
         pytest.param(lambda p: p.tick(1000.0) or p.tick(2000.0), id="keepalive"),
     ],
 )
@@ -1127,7 +989,7 @@ def test_input_after_close_is_ignored(close: Any) -> None:
     close(proto)
     events(proto)
     proto.data_to_send()
-    proto.receive_data(frame(T.PING) + message_frame() + connected_frame() + _raw(4, 0), 2000.0)
+    proto.receive_data(frame(T.PING) + message_frame() + connected_frame() + raw_frame(4, 0), 2000.0)
     proto.receive_data(b"", 2001.0)
     proto.tick(5000.0)
     assert events(proto) == []
@@ -1227,7 +1089,7 @@ _ENDINGS: list[bytes] = [
     b"",
     frame(T.SEND, producer_id=1, sequence_id=1),
     frame(T.ERROR, request_id=U64_MAX, error=pb.ServiceNotReady, message="bye"),
-    _raw(8, 4, b"\xff\xff\xff\xff"),
+    raw_frame(8, 4, b"\xff\xff\xff\xff"),
     struct.pack(">I", (1 << 20) + FRAME_PADDING + 1) + b"\x00" * 8,
     frame(T.MESSAGE, consumer_id=1, message_id={"ledgerId": 1, "entryId": 1}),
 ]
@@ -1246,7 +1108,7 @@ def split_session(draw: st.DrawFn) -> tuple[list[bytes], list[bytes]]:
     return _cut(draw, HANDSHAKE), _cut(draw, rest) if rest else []
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(split_session())
 def test_random_splits_give_the_same_events_as_whole_frames(case: tuple[list[bytes], list[bytes]]) -> None:
     handshake, rest = case

@@ -123,16 +123,17 @@ from pulsarwire.protocol.state import (
     HandlerState,
     transition,
 )
-from tests.pulsarwire.protocol.test_connection import (
+from tests.helpers.examples import examples
+from tests.helpers.protocol import (
     KEEPALIVE,
     U64_MAX,
-    _raw,
     command,
     connected_frame,
     events,
     frame,
     message_frame,
     metadata,
+    raw_frame,
 )
 
 T = pb.BaseCommand
@@ -142,7 +143,7 @@ Table = dict[Any, frozenset[Any]]
 
 # ~35 s for the four machines on 2 cores. No deadline: the handler machines run an event loop.
 MACHINE_SETTINGS = settings(
-    max_examples=200,
+    max_examples=examples(200),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
@@ -358,12 +359,12 @@ GARBAGE: list[tuple[bytes, type[RemoteProtocolError]]] = [
     (struct.pack(">I", 2**31), FrameTooLargeError),
     (struct.pack(">I", 0xFFFFFFFF), FrameTooLargeError),
     (struct.pack(">I", 3), FrameTooShortError),
-    (_raw(4, 0), CommandSizeError),
-    (_raw(10, 7, b"\x08\x12" * 3), CommandSizeError),
-    (_raw(8, 4, b"\xff\xff\xff\xff"), MalformedCommandError),
-    (_raw(7, 3, b"\x08\xe7\x07"), UnknownCommandTypeError),
-    (_raw(6, 2, b"\x08\x06"), MissingSubCommandError),
-    (_raw(6, 2, b"\x10\x01"), MalformedCommandError),
+    (raw_frame(4, 0), CommandSizeError),
+    (raw_frame(10, 7, b"\x08\x12" * 3), CommandSizeError),
+    (raw_frame(8, 4, b"\xff\xff\xff\xff"), MalformedCommandError),
+    (raw_frame(7, 3, b"\x08\xe7\x07"), UnknownCommandTypeError),
+    (raw_frame(6, 2, b"\x08\x06"), MissingSubCommandError),
+    (raw_frame(6, 2, b"\x10\x01"), MalformedCommandError),
 ]
 # Broker input that ends a connection (ConnectionMachine.broker_breaks_the_connection).
 BREAKS = [
@@ -920,7 +921,7 @@ class ConnectionMachine(RuleBasedStateMachine):
     @rule(cuts=CUTS, garbage=st.binary(max_size=40))
     def input_after_close_is_ignored_and_output_refused(self, cuts: list[int], garbage: bytes) -> None:
         data = frame(T.PING) + message_frame() + connected_frame() + frame(T.SUCCESS, request_id=1)
-        assert self._feed(data + _raw(4, 0) + garbage, cuts) == ([], [])
+        assert self._feed(data + raw_frame(4, 0) + garbage, cuts) == ([], [])
         assert self._feed(b"") == ([], [])
         self.proto.tick(self.now + 10 * KEEPALIVE)
         self.proto.close()
@@ -1431,7 +1432,7 @@ class _HandlerMachine(RuleBasedStateMachine):
                 transport.closed = True
                 conn.connection_lost(ConnectionResetError("connection reset by peer"))
             elif how == "garbage":
-                await self._feed(conn, _raw(4, 0))
+                await self._feed(conn, raw_frame(4, 0))
             else:
                 await self._feed(conn, frame(T.PING)[:5])
                 await self._feed(conn, b"")

@@ -16,9 +16,9 @@ from pulsarwire.testing.proxy import FaultProxy
 
 
 @pytest.fixture
-def proxied() -> Iterator[tuple[Broker, FaultProxy]]:
-    with Broker(deduplication=True) as broker, FaultProxy(broker.service_url) as proxy:
-        yield broker, proxy
+def proxied(pulsar_broker: Broker) -> Iterator[tuple[Broker, FaultProxy]]:
+    with FaultProxy(pulsar_broker.service_url) as proxy:
+        yield pulsar_broker, proxy
 
 
 def test_frames_pass_through_and_are_counted(proxied: tuple[Broker, FaultProxy]) -> None:

@@ -93,6 +93,17 @@ def read_n(reader: pulsar.Reader, n: int, *, timeout_ms: int = 5000) -> list[pul
     return out
 
 
+def read_all(service_url: str, topic: str, n: int) -> list[bytes]:
+    official = make_client(service_url)
+    try:
+        reader = official.create_reader(topic, pulsar.MessageId.earliest)
+        got = [m.data() for m in read_n(reader, n, timeout_ms=10_000)]
+        assert not reader.has_message_available(), "more messages on the topic than were sent"
+        return got
+    finally:
+        official.close()
+
+
 def assert_silent(source: pulsar.Consumer | pulsar.Reader, wait_ms: int = SILENCE_MS) -> None:
     """Nothing more arrives within ``wait_ms``."""
     try:

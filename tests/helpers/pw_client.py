@@ -2,7 +2,7 @@
 
 The official client is the source (producer) and the judge (a consumer on
 another subscription); the helpers here are the pulsarwire twins of
-``tests.pulsarwire.broker.support``: receive a known number of messages
+``tests.helpers.judge``: receive a known number of messages
 (failing loudly on a timeout), prove that nothing more arrives, and reduce
 messages of either client to comparable records.
 """
@@ -10,6 +10,7 @@ messages of either client to comparable records.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from pulsarwire.client.blocking import Client, Consumer, ConsumerType, InitialPo
 from pulsarwire.client.message import Message
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import OperationTimeoutError
-from tests.pulsarwire.broker.support import SILENCE_MS, send_each  # noqa: F401  (re-exported)
+from tests.helpers.judge import SILENCE_MS
 
 Position = tuple[int, int, int]
 
@@ -115,6 +116,20 @@ def record(msg: Message | pulsar.Message) -> dict[str, Any]:
     }
 
 
+def read_topic(url: str, topic: str) -> list[Message]:
+    """Every message of one (non-partitioned) topic or partition, in order."""
+    client = Client(url)
+    try:
+        reader = client.create_reader(topic, MessageId.EARLIEST)
+        out = []
+        while reader.has_message_available():
+            out.append(reader.read_next(10_000))
+        reader.close()
+        return out
+    finally:
+        client.close()
+
+
 def on_client_loop(client: Client, fn: Callable[[], None]) -> None:
     """Run ``fn`` on the client's event loop, nothing else running meanwhile (white-box fault tests)."""
 
@@ -146,3 +161,37 @@ def judge_and_pw(
         initial_position=InitialPosition.Earliest,
     )
     return judge, mine
+
+
+COMPRESSIONS = [
+    pulsar.CompressionType.NONE,
+    pulsar.CompressionType.LZ4,
+    pulsar.CompressionType.ZLib,
+    pulsar.CompressionType.ZSTD,
+    pulsar.CompressionType.SNAPPY,
+]
+
+
+def varied_messages(n: int) -> list[tuple[bytes, dict[str, Any]]]:
+    """Payloads of several sizes (compressible and not), with and without keys, properties, event times."""
+    out: list[tuple[bytes, dict[str, Any]]] = []
+    for i in range(n):
+        body = f"m-{i:05d}|".encode() + (b"abc" * (i * 37 % 400)) + os.urandom(i % 5)
+        kwargs: dict[str, Any] = {}
+        if i % 3:
+            kwargs["partition_key"] = f"key-{i % 4}"
+        if i % 4 == 1:
+            kwargs["ordering_key"] = f"order-{i % 2}"
+        if i % 2:
+            kwargs["properties"] = {"i": str(i), "kind": "odd", "empty": ""}
+        if i % 5:
+            kwargs["event_timestamp"] = 1_700_000_000_000 + i
+        out.append((body, kwargs))
+    return out
+
+
+def assert_same_records(got: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
+    assert len(got) == len(expected)
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        diff = {k: (g[k], e[k]) for k in e if g[k] != e[k] and k != "data"}
+        assert not diff and g["data"] == e["data"], f"message {i} differs (pulsarwire, official): {diff}"

@@ -1,7 +1,9 @@
-"""A Pulsar → Delta streaming job run as its own process by the crash tests.
+"""The Pulsar → Delta exactly-once streaming job of the crash tests (tests/pipelines/state).
 
-``python ingest_job.py CONFIG_JSON``; with ``fault`` = ``"after_write@1"`` the process
-dies (``os._exit``, no cleanup) at that point of that batch, as a killed driver would.
+``python -m tests.helpers.ingest_job CONFIG_JSON`` runs it as its own process with its own Spark
+driver; with ``fault`` = ``"after_write@1"`` the process dies (``os._exit``, no cleanup) at that
+point of that batch, as a killed driver would. A run without a fault needs no process of its
+own: :func:`run` is the same job on a SparkSession the caller has (the test suite's).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -34,6 +38,13 @@ def main() -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     pipelines.register(spark)
+    run(spark, cfg, fault)
+    spark.stop()
+    return 0
+
+
+def run(spark: Any, cfg: dict[str, Any], fault: Callable[[str, int], None] | None = None) -> None:
+    """The job on ``spark`` (``format("pulsarwire")`` registered) until the topic's end is taken."""
     source = {"service.url": cfg["url"], "topic": cfg["topic"], "subscriptionName": cfg["job"]}
     job = ExactlyOnceJob(cfg["job"], cfg["checkpoint"], cfg["offsets"], source, fault=fault)
     if not os.path.exists(os.path.join(cfg["checkpoint"], "metadata")):
@@ -57,8 +68,6 @@ def main() -> int:
     )
     query.awaitTermination()
     close_clients()
-    spark.stop()
-    return 0
 
 
 if __name__ == "__main__":

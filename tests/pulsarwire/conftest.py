@@ -1,10 +1,14 @@
-"""Fixtures for the broker conformance suite (official ``pulsar-client`` against ``pulsarwire.broker``).
+"""Fixtures for the broker and client suites: our broker, official clients as the judge, pulsarwire clients.
 
 * ``shared_broker`` — one in-memory broker per module; tests isolate themselves by unique topic names.
 * ``broker`` — a fresh in-memory broker per test.
-* ``start_broker`` — a factory for brokers with a particular configuration (stopped at teardown).
+* ``start_broker`` — a factory for brokers with a particular configuration (stopped at teardown);
+  it is the project's pytest plugin's ``pulsar_broker_factory`` (pulsarwire.testing) with a plain
+  broker's defaults (no deduplication, no web service) unless the test asks for them.
 * ``client`` / ``make_client`` — official clients, always closed at teardown.
 * ``topic`` — a unique topic name.
+* ``pw`` / ``make_pw`` — pulsarwire clients (tests.helpers.pw_client); ``lite_url`` — a pulsar-lite
+  broker per module (tests.helpers.pulsar_lite).
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import pulsar
 import pytest
 
 from pulsarwire.broker import Broker
-from tests.pulsarwire.broker.support import make_client as _make_client
-from tests.pulsarwire.broker.support import new_topic
+from tests.helpers.judge import make_client as _make_client
+from tests.helpers.judge import new_topic
+from tests.helpers.pulsar_lite import lite_url  # noqa: F401  (pytest finds fixtures by name)
+from tests.helpers.pw_client import make_pw, pw  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -28,23 +34,18 @@ def shared_broker() -> Iterator[Broker]:
 
 
 @pytest.fixture
-def broker() -> Iterator[Broker]:
-    with Broker() as b:
-        yield b
+def start_broker(pulsar_broker_factory: Callable[..., Broker]) -> Callable[..., Broker]:
+    def start(**config: Any) -> Broker:
+        config.setdefault("deduplication", False)
+        config.setdefault("http_port", None)
+        return pulsar_broker_factory(**config)
+
+    return start
 
 
 @pytest.fixture
-def start_broker() -> Iterator[Callable[..., Broker]]:
-    started: list[Broker] = []
-
-    def start(**config: Any) -> Broker:
-        b = Broker(**config).start()
-        started.append(b)
-        return b
-
-    yield start
-    for b in reversed(started):
-        b.stop()
+def broker(start_broker: Callable[..., Broker]) -> Broker:
+    return start_broker()
 
 
 @pytest.fixture
