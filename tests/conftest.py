@@ -62,10 +62,14 @@ def tag_group(item: pytest.Item, group: str) -> None:
     pytest-xdist 3.8 tags grouped tests by assigning ``item._nodeid``, which pytest 9.2 no longer
     reads (a node's id is ``item._id`` now), so its ``xdist_group`` marks alone group nothing.
     """
-    from _pytest.nodeid import coerce_node_id
-
-    if not item.nodeid.endswith(f"@{group}"):
-        item._id = coerce_node_id(f"{item.nodeid}@{group}")
+    if item.nodeid.endswith(f"@{group}"):
+        return
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:  # pytest before 9.2 reads item._nodeid, the attribute xdist sets
+        item._nodeid = f"{item.nodeid}@{group}"
+        return
+    item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
 def spark_group(item: pytest.Item) -> str | None:
