@@ -158,6 +158,9 @@ class PartitionProducer(Handler):
         self._batch: list[_Message] = []
         self._batch_bytes = 0
         self._batch_timer: asyncio.TimerHandle | None = None
+        #: the refused sequence id a caller choosing its own ids must resend from (see _refused)
+        self._hole: tuple[int, str] | None = None
+        self._explicit_ids = False
         self._next_sequence = config.initial_sequence_id + 1 if config.initial_sequence_id is not None else 0
         self.last_sequence_id_published = (
             config.initial_sequence_id if config.initial_sequence_id is not None else -1
@@ -351,10 +354,17 @@ class PartitionProducer(Handler):
         self._check_open()
         await self._reserve()
         self._check_open()
+        fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
         if sequence_id is None:
             sequence_id = self._next_sequence
+        else:
+            self._explicit_ids = True
+            if self._hole is not None:
+                if sequence_id > self._hole[0]:
+                    fut.set_exception(SendRefusedError(self._hole[1]))
+                    return fut
+                self._hole = None  # the caller resends from the refused message on
         self._next_sequence = max(self._next_sequence, sequence_id + 1)
-        fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
         msg = _Message(
             bytes(content),
             sequence_id,
@@ -529,6 +539,8 @@ class PartitionProducer(Handler):
         it re-sent after the reconnect and stored, the refused message would become a hole that
         deduplication hides for ever (a retry with its sequence id would count as a duplicate).
         Like Kafka's idempotent producer, later messages fail with it; the caller resends all.
+        With sequence ids chosen by the caller, sends with a higher id fail too until the caller
+        sends from the refused id again (:meth:`send`).
         """
         ops = list(self.pending)
         at = next((i for i, o in enumerate(ops) if o.sequence_id == sequence_id), None)
@@ -544,6 +556,17 @@ class PartitionProducer(Handler):
             self.pending.pop()
             self.pending_messages -= op.num_messages
             _fail(op.futures, SendRefusedError(why))
+        # The open batch was queued after it too, and so is every message a caller choosing its
+        # own sequence ids sends until it goes back to the refused one: a task that has not yet
+        # seen the failure keeps sending, and what it sends must not be stored past the hole.
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+            self._batch_timer = None
+        opened, self._batch = self._batch, []
+        self._batch_bytes = 0
+        _fail([m.future for m in opened], SendRefusedError(why))
+        if self._explicit_ids:
+            self._hole = (sequence_id, why)
         self._notify_space()
         self._force_reconnect(f"message {sequence_id} refused: {error}")
 

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from pulsarwire import NotAllowedError, SendRefusedError
 from pulsarwire.broker import Broker, Cluster
 from pulsarwire.client.blocking import Client
+from pulsarwire.proto import pb
 from tests.helpers.judge import new_topic, payloads, read_all
 
 
@@ -124,3 +126,55 @@ def test_sequence_ids_continue_after_reconnect_and_for_a_new_producer(
     finally:
         client.close()
     assert read_all(b.service_url, topic, 12)[-2:] == [b"after-close", b"new"]
+
+
+def test_a_refused_message_leaves_no_hole_when_the_caller_chooses_sequence_ids(
+    start_broker: Callable[..., Broker],
+) -> None:
+    """A message the broker refuses for good (NotAllowedError) must not be followed by stored
+    messages with higher sequence ids: deduplication would then drop its resend for ever. What
+    a caller sends on before it has seen the refusal (a Spark task writing its rows) is refused
+    too, the open batch included; resending from the refused id stores everything once, in order.
+    """
+    b = start_broker(deduplication=True)
+    topic = new_topic()
+    values = payloads(10)
+    client = Client(b.service_url, operation_timeout_seconds=20)
+    try:
+        producer = client.create_producer(
+            topic, producer_name="holes", batching_enabled=True, batching_max_messages=5
+        )
+        results: dict[int, BaseException | None] = {}
+        settled = threading.Condition()
+
+        def send(i: int) -> None:
+            def done(err: BaseException | None, _mid: object, i: int = i) -> None:
+                with settled:
+                    results[i] = err
+                    settled.notify_all()
+
+            producer.send_async(values[i], done, sequence_id=i)
+
+        b.inject(fail_receipts=1, fail_code=pb.NotAllowedError)
+        for i in range(5):  # one batch: the broker refuses it
+            send(i)
+        producer.flush()
+        with settled:
+            assert settled.wait_for(lambda: len(results) == 5, 10)
+        assert all(isinstance(results[i], NotAllowedError) for i in range(5)), results
+        for i in range(5, 8):  # sent on as if the refusal had not been seen; the batch stays open
+            send(i)
+        with settled:
+            assert settled.wait_for(lambda: len(results) == 8, 10)
+        assert all(isinstance(results[i], SendRefusedError) for i in range(5, 8)), results
+        results.clear()
+        for i in range(10):  # the caller resends from the refused message
+            send(i)
+        producer.flush()
+        with settled:
+            assert settled.wait_for(lambda: len(results) == 10, 10)
+        assert not any(results.values()), results
+        producer.close()
+    finally:
+        client.close()
+    assert read_all(b.service_url, topic, 10) == values

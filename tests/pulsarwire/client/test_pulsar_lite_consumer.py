@@ -7,7 +7,7 @@ it. Each test produces with the official client, then an official consumer (subs
 two sequences are compared message by message — payload, keys, properties, event and publish
 times, producer name — and the serialized message ids must be byte-identical.
 
-Only what pulsar-lite does reliably is relied on (shared/guide/TESTING.md): Shared subscriptions
+Only what pulsar-lite does reliably is relied on (gaps: tests/helpers/pulsar_lite.py): Shared subscriptions
 (Exclusive/Failover live consumption duplicates), every message acknowledged individually (its
 batch-index acks are wrong), consumers subscribed after producing (chunks get lost with a live
 consumer). pulsar-lite announces no max_message_size, and the official C++ client's chunk size is

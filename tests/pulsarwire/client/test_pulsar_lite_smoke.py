@@ -1,7 +1,7 @@
 """Smoke interop on a second, independent broker: pulsar-lite (Rust), judged by the official consumer.
 
 pulsar-lite runs as a subprocess (``tests.helpers.pulsar_lite.lite_url``). Only what pulsar-lite does reliably
-is relied on (see shared/guide/TESTING.md): consumers subscribe Shared (Exclusive/Failover live
+is relied on (its gaps: tests/helpers/pulsar_lite.py): consumers subscribe Shared (Exclusive/Failover live
 consumption duplicates). Chunking is not smoke-tested here: pulsar-lite announces no
 max_message_size and refuses any chunk whose metadata + payload exceed 5 MiB, and the official C++
 client's chunk size is process-wide state (5 MiB - 10 KiB until a broker announces one), so the
