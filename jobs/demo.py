@@ -25,6 +25,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from deltalake import DeltaTable
+
+from pipelines.jobs.config import load_job
+from pipelines.state.offsets import OffsetStore
+from pulsarwire import Client
+from pulsarwire.testing.process import broker_process
+
 CUSTOMERS = 97
 CURRENCIES = ("EUR", "USD", "GBP", "CHF")
 PRODUCTS = ("widget", "gadget", "gizmo", "doohickey", "sprocket", "flange", "grommet")
@@ -50,8 +57,6 @@ def order(i: int) -> dict[str, Any]:
 
 def produce(service_url: str, topic: str, count: int, first: int = 0) -> int:
     """Send orders ``first .. first+count-1``; returns how many the broker stored anew."""
-    from pulsarwire.client.blocking import Client
-
     client = Client(service_url)
     try:
         producer = client.create_producer(
@@ -81,8 +86,6 @@ def produce(service_url: str, topic: str, count: int, first: int = 0) -> int:
 @contextmanager
 def broker(data_dir: Path) -> Iterator[str]:
     """Our broker on a free loopback port (dedup on), data under ``data_dir``; stopped after."""
-    from pulsarwire.testing.process import broker_process
-
     data_dir.mkdir(parents=True, exist_ok=True)
     with broker_process("--data-dir", str(data_dir), "--dedup") as url:
         yield url
@@ -90,10 +93,6 @@ def broker(data_dir: Path) -> Iterator[str]:
 
 def summary(job: Any) -> None:
     """Row count, a few rows and the stored offsets of the ingest job's table."""
-    from deltalake import DeltaTable
-
-    from .offsets import OffsetStore
-
     assert job.sink.delta is not None and job.offsets is not None
     table = DeltaTable(job.sink.delta.path).to_pyarrow_table()
     orders = len(set(table.column("order_id").to_pylist()))
@@ -107,8 +106,7 @@ def summary(job: Any) -> None:
 
 
 def run_demo(count: int, root: Path) -> int:
-    from .config import load_job
-    from .runner import run_job
+    from pipelines.jobs.runner import run_job  # Spark: `produce` does without it
 
     with broker(root / "broker") as url:
         os.environ["PULSAR_URL"] = url
