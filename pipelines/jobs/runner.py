@@ -31,8 +31,9 @@ or resets the stored positions.
 Before the query starts, the transformed rows' schema is checked against the sink's
 settings (partition columns, merge keys, the Pulsar sink's columns): a mismatch is an error
 naming the job key, raised before any data is read. Each micro-batch prints one progress
-line (batch id, rows, duration, messages not yet committed on the subscription and, once a
-rate is known, an ETA) and the run ends with a summary. A first Ctrl-C / SIGTERM
+line (batch id, the messages it read — Spark's own ``numInputRows``, no extra Spark job —,
+duration, messages not yet committed on the subscription and, once a rate is known, an ETA)
+and the run ends with a summary. A first Ctrl-C / SIGTERM
 (:mod:`pipelines.jobs.stopping`) stops the query once the batch in flight has committed.
 
 ``backfill`` is a bounded batch read written slice by slice by MERGE on the message position
@@ -219,6 +220,8 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     in_batch: bool = False  # a batch is being written (a stop waits for it)
     ends: Callable[[int], Offsets] | None = None  # a batch's end positions (from the checkpoint)
+    #: batches written and not yet reported: batch id → (seconds, corrupt rows)
+    written: dict[int, tuple[float, int]] = field(default_factory=dict)
 
     def lag(self, batch_id: int | None = None) -> int | None:
         """Messages not yet committed, all partitions; None if unknown.
@@ -239,6 +242,22 @@ class Progress:
             return None
         taken = {tp: pos.batch_index + 1 for tp, pos in ends.items() if pos.batch_index >= 0}
         return sum(max(0, n - taken.get(tp, 0)) for tp, n in backlog.items())
+
+    def report(self, query: Any, *, final: bool = False) -> None:
+        """One line per written batch whose progress Spark has reported (its ``numInputRows``:
+        the messages the source read for it, counted by Spark as it reads). With ``final`` (the
+        query has ended) a batch Spark reported nothing for counts 0 rows."""
+        if not self.written:
+            return
+        rows: dict[int, int] = {}
+        for p in query.recentProgress:  # dicts; idle updates repeat a batch id with 0 rows
+            bid, n = int(p["batchId"]), int(p["numInputRows"])
+            rows[bid] = max(n, rows.get(bid, 0))
+        for batch_id in sorted(self.written):
+            if batch_id not in rows and not final:
+                break  # in order: later batches wait for this one's figure
+            seconds, corrupt = self.written.pop(batch_id)
+            self.batch(batch_id, rows.get(batch_id, 0) - corrupt, seconds, corrupt)
 
     def batch(self, batch_id: int, rows: int, seconds: float, corrupt: int = 0) -> None:
         self.batches += 1
@@ -284,24 +303,21 @@ def _duration(seconds: float) -> str:
 
 
 def _counted(body: Callable[[Any, int], int | None], progress: Progress) -> Callable[[Any, int], None]:
-    """foreachBatch wrapper: the batch is materialised once (cached), counted, then written.
+    """foreachBatch wrapper: times the batch and notes how many of its rows were corrupt.
 
-    ``body`` returns how many of the rows were corrupt messages (skipped or quarantined), or None.
+    ``body`` returns how many rows were corrupt messages (skipped or quarantined), or None. The
+    batch's row count is not computed here (a count would be one more Spark job per batch): it
+    is the ``numInputRows`` Spark reports in the query's progress, read by :meth:`Progress.report`.
     """
 
     def run(df: Any, batch_id: int) -> None:
         t = time.monotonic()
         progress.in_batch = True
         try:
-            df = df.persist()
-            try:
-                rows = df.count()
-                corrupt = body(df, batch_id) or 0
-            finally:
-                df.unpersist()
+            corrupt = body(df, batch_id) or 0
         finally:
             progress.in_batch = False
-        progress.batch(batch_id, rows - corrupt, time.monotonic() - t, corrupt)
+        progress.written[batch_id] = (time.monotonic() - t, corrupt)
 
     return run
 
@@ -330,21 +346,24 @@ def _routing_corrupt(job: Job, spark: Any, checkpoint: str, body: Callable[[Any,
 
 
 def _await(query: Any, progress: Progress) -> None:
-    """Wait for the query to end; on a stop request, stop it once the batch in flight committed.
+    """Wait for the query to end, printing each batch's line as Spark reports its progress; on a
+    stop request, stop it once the batch in flight committed.
 
     A batch Spark starts between that moment and the stop is interrupted before it writes, or
     rolled back by the sink's idempotence; the next run replays it from the checkpoint.
     """
     try:
         while not query.awaitTermination(0.5):
+            progress.report(query)
             if STOP.requested:
                 while progress.in_batch and query.isActive:
                     time.sleep(0.1)
                 query.stop()
-                return
+                break
     except KeyboardInterrupt:  # no signal handler installed (a job run from Python)
         say(f"[{progress.job.name}] interrupted: stopping after the current batch")
         query.stop()
+    progress.report(query, final=True)
 
 
 # -- run ---------------------------------------------------------------------------------------

@@ -96,3 +96,23 @@ def test_offsets_show_and_reset(env: Broker, tmp_path: Path, capsys: pytest.Capt
     produce(env.service_url, "orders", 30, first=120)
     run_job("jobs/orders_ingest.yaml")
     assert order_ids(tmp_path) == list(range(80)) + list(range(120, 150))
+
+
+def test_progress_lines_count_what_spark_read_without_a_job_of_their_own(
+    env: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each batch's line names the messages its source read (Spark's numInputRows): the runner
+    neither caches nor counts the batch (that cost one more Spark job per batch)."""
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    def refused(*_: object, **__: object) -> None:
+        raise AssertionError("the runner counted a batch")
+
+    monkeypatch.setattr(DataFrame, "count", refused)
+    monkeypatch.setattr(DataFrame, "persist", refused)
+    produce(env.service_url, "orders", 700)
+    assert run_job("jobs/orders_ingest.yaml", source__pulsar__max_messages_per_trigger=300).exit_code == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "] batch " in line]
+    counted = [int(line.split(": ", 1)[1].split(" rows", 1)[0]) for line in lines]
+    assert counted == [300, 300, 100], lines
+    assert order_ids(tmp_path) == list(range(700))
