@@ -2,8 +2,8 @@
 
 Each benchmark is a separate process (``bench/codec.py``, ``bench/produce.py``,
 ``bench/consume.py``, ``bench/memory.py``, ``bench/broker_resources.py``, ``bench/hostile.py``,
-``bench/spark_ingest.py``, ``bench/spark_runner.py``); their output is copied verbatim under a heading, after the
-machine line. Sizes are moderate so the whole run takes a few minutes; pass ``--full`` for
+``bench/spark_ingest.py``, ``bench/spark_runner.py``); their output is copied verbatim under a
+heading, after the machine line. Sizes are moderate so the whole run takes a few minutes; pass ``--full`` for
 the sizes the issues name (1M messages, 5M for memory).
 """
 
