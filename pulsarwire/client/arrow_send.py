@@ -123,13 +123,7 @@ def rows_from_arrow(
     a column of another type, ArrowValueError for a null value, a negative event time or
     sequence id, or sequence ids that do not increase.
     """
-    if isinstance(batch, pa.Table):
-        batch = batch.combine_chunks().to_batches()
-        batch = batch[0] if batch else None
-        if batch is None:
-            return ArrowRows(0, memoryview(b""), [0], None, None, None, None, None)
-    if not isinstance(batch, pa.RecordBatch):
-        raise ArrowColumnError(f"send_arrow takes a pyarrow RecordBatch or Table, not {type(batch).__name__}")
+    batch = as_record_batch(batch)
     names = set(batch.schema.names)
     if value not in names:
         raise ArrowColumnError(f"no value column {value!r} (columns: {sorted(names)})")
@@ -156,6 +150,24 @@ def rows_from_arrow(
         else None
     )
     return ArrowRows(n, data, offsets, prefixes, keys, rows_properties, times, seqs)
+
+
+def as_record_batch(batch: Any) -> Any:
+    """``batch`` as one RecordBatch (a Table's chunks combined); ArrowColumnError for anything else."""
+    if isinstance(batch, pa.Table):
+        batch = batch.combine_chunks()
+        chunks = batch.to_batches()
+        return chunks[0] if chunks else pa.RecordBatch.from_pylist([], schema=batch.schema)
+    if not isinstance(batch, pa.RecordBatch):
+        raise ArrowColumnError(f"send_arrow takes a pyarrow RecordBatch or Table, not {type(batch).__name__}")
+    return batch
+
+
+def split_by_partition(batch: Any, chosen: list[int]) -> list[tuple[int, Any]]:
+    """The rows of a RecordBatch by partition (row i goes to ``chosen[i]``), in row order within
+    each; one ``(partition, RecordBatch)`` per partition that gets rows, by partition."""
+    where = pa.array(chosen, pa.int64())
+    return [(p, batch.filter(pc.equal(where, p))) for p in sorted(set(chosen))]
 
 
 def _binary(col: Any, name: str, *, nulls: bool) -> tuple[memoryview, list[int]]:

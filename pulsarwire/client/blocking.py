@@ -817,9 +817,10 @@ class Producer(_Closeable):
         Each row is one message, exactly as :meth:`send` would send it (same batching limits,
         sequence ids, deduplication, resend on reconnect, send timeout and refusal handling),
         but the batch entries are encoded straight from the Arrow columns. Messages sent before
-        (also with ``send_async``) are stored before the rows. Needs pyarrow (the ``arrow``
-        extra) and a topic of one partition. Each entry waits for room in the pending queue
-        (``max_pending_messages``), whatever ``block_if_queue_full`` says.
+        (also with ``send_async``) are stored before the rows. On a partitioned topic each row
+        goes where ``send`` would send it. Needs pyarrow (the ``arrow`` extra). Each entry waits
+        for room in the pending queue (``max_pending_messages``), whatever
+        ``block_if_queue_full`` says.
 
         Parameters
         ----------
@@ -838,17 +839,19 @@ class Producer(_Closeable):
             The sequence id column (integers increasing from row to row), used when the batch
             has it; otherwise the producer's next ids (or ``first_sequence_id``) are taken.
         first_sequence_id: int, optional
-            The first row's sequence id, the next rows' ids following it one by one.
+            The first row's sequence id, the next rows' ids following it one by one (not on a
+            partitioned topic).
 
         Returns
         -------
         SendArrowResult
-            ``first`` and ``last`` message ids and the ``count`` of messages stored.
+            ``first`` and ``last`` message ids and the ``count`` of messages stored; on a
+            partitioned topic, one such result per partition in ``partitions``.
 
         Raises
         ------
-        ArrowColumnError, ArrowValueError
-            A column is missing or cannot be sent (nothing was sent).
+        ArrowColumnError, ArrowValueError, InvalidConfigurationError
+            A column is missing or cannot be sent, or the ids are given twice (nothing was sent).
         SendTimeoutError, SendRefusedError, MessageTooBigError, ServerError
             A send failed; earlier entries may be stored (with explicit sequence ids, send the
             whole batch again: deduplication drops what was stored).

@@ -88,12 +88,15 @@ class ProducerConfig:
 
 @dataclass(frozen=True, slots=True)
 class SendArrowResult:
-    """What ``send_arrow`` stored: ``count`` messages from ``first`` to ``last`` (both None when
-    ``count`` is 0), one after the other on one partition."""
+    """What ``send_arrow`` stored: ``count`` messages, from ``first`` to ``last`` one after the
+    other on one partition (both None when ``count`` is 0). On a partitioned topic ``partitions``
+    holds one result per partition that got rows, by partition (their ids name it), and ``first``
+    and ``last`` are None."""
 
     first: MessageId | None
     last: MessageId | None
     count: int
+    partitions: tuple[SendArrowResult, ...] = ()
 
 
 @dataclass(slots=True)
@@ -800,28 +803,48 @@ class Producer:
     ) -> SendArrowResult:
         """Send the rows of a pyarrow RecordBatch or Table (see :meth:`PartitionProducer.send_arrow`).
 
-        The columns are checked before anything is sent. One partition only: the rows of a
-        batch are stored one after the other, as one range of message ids.
+        The columns are checked before anything is sent. On a partitioned topic each row goes
+        where ``send`` would send it (its key's partition, else the router's choice), the rows of
+        each partition in their order.
         """
-        from .arrow_send import rows_from_arrow  # pyarrow: the optional ``arrow`` extra
+        from .arrow_send import as_record_batch, rows_from_arrow, split_by_partition  # the ``arrow`` extra
 
-        if len(self.partitions) != 1:
-            raise InvalidConfigurationError(
-                f"send_arrow sends to one partition; {self.topic} has {len(self.partitions)}"
+        def read(record: Any) -> ArrowRows:
+            return rows_from_arrow(
+                record,
+                value=value,
+                key=key,
+                properties=properties,
+                event_time=event_time,
+                sequence_id=sequence_id,
             )
-        rows = rows_from_arrow(
-            batch,
-            value=value,
-            key=key,
-            properties=properties,
-            event_time=event_time,
-            sequence_id=sequence_id,
-        )
+
+        record = as_record_batch(batch)
+        rows = read(record)
         if rows.sequence_ids is not None and first_sequence_id is not None:
             raise InvalidConfigurationError("give sequence ids as a column or as first_sequence_id, not both")
         if first_sequence_id is not None and first_sequence_id < 0:
             raise InvalidConfigurationError(f"first_sequence_id {first_sequence_id} is negative")
-        return await self.partitions[0].send_arrow(rows, first_sequence_id)
+        n = len(self.partitions)
+        if n == 1:
+            return await self.partitions[0].send_arrow(rows, first_sequence_id)
+        if first_sequence_id is not None:
+            raise InvalidConfigurationError(
+                f"{self.topic} has {n} partitions: first_sequence_id would be ambiguous (give a column)"
+            )
+        # As send: a keyed row goes to its key's partition, a keyless one where the router says.
+        keys = rows.keys if rows.keys is not None else [None] * rows.count
+        chosen = [self._route(k, n) for k in keys]
+        parts = [(i, read(b)) for i, b in split_by_partition(record, chosen)]
+        done = await asyncio.gather(
+            *(self.partitions[i].send_arrow(r) for i, r in parts), return_exceptions=True
+        )
+        results: list[SendArrowResult] = []
+        for r in done:
+            if isinstance(r, BaseException):
+                raise r
+            results.append(r)
+        return SendArrowResult(None, None, rows.count, tuple(results))
 
     async def flush(self) -> None:
         await asyncio.gather(*(p.flush() for p in self.partitions))

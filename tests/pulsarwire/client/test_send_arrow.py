@@ -26,6 +26,7 @@ from pulsarwire import ArrowColumnError, ArrowValueError, InvalidConfigurationEr
 from pulsarwire.broker import Broker
 from pulsarwire.client.arrow_send import rows_from_arrow
 from pulsarwire.client.blocking import Client
+from pulsarwire.client.routing import partition_for_key
 from pulsarwire.codec.batch import encode_batch
 from pulsarwire.proto import pb
 from tests.helpers.judge import make_client, new_topic, payloads, read_all, read_n
@@ -243,10 +244,30 @@ def test_asyncio_send_arrow_from_a_first_sequence_id(start_broker: Callable[...,
     assert read_all(b.service_url, topic, 300) == values
 
 
-def test_a_partitioned_topic_is_refused(broker: Broker) -> None:
+def test_a_partitioned_topic_gets_each_row_where_send_would_send_it(
+    start_broker: Callable[..., Broker],
+) -> None:
+    b = start_broker(deduplication=True)
     topic = new_topic()
-    broker.create_partitioned_topic(topic, 2)
-    with Client(broker.service_url) as client:
-        producer = client.create_producer(topic)
-        with pytest.raises(InvalidConfigurationError):
-            producer.send_arrow(pa.table({"value": [b"a"]}))
+    b.create_partitioned_topic(topic, 3)
+    n = 600
+    keys = [f"k{i % 17}" for i in range(n)]
+    values = [f"{keys[i]}:{i:04d}".encode() for i in range(n)]
+    batch = pa.table({"value": values, "key": keys, "sequence_id": pa.array(range(n), pa.int64())})
+    with Client(b.service_url) as client:
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=50)
+        expected = {
+            p: [v for v, k in zip(values, keys, strict=True) if partition_for_key(k, 3) == p]
+            for p in range(3)
+        }
+        result = producer.send_arrow(batch)
+        assert (result.first, result.last, result.count) == (None, None, n)
+        assert [r.count for r in result.partitions] == [len(expected[p]) for p in range(3) if expected[p]]
+        assert all(
+            r.first is not None and r.first.partition == r.last.partition for r in result.partitions if r.last
+        )
+        producer.send_arrow(batch)  # a rerun: every partition deduplicates its rows
+        with pytest.raises(InvalidConfigurationError):  # one start for three partitions' ids?
+            producer.send_arrow(pa.table({"value": [b"a"]}), first_sequence_id=5)
+    for p in range(3):
+        assert read_all(b.service_url, f"{topic}-partition-{p}", len(expected[p])) == expected[p]
