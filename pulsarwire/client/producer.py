@@ -463,9 +463,12 @@ class PartitionProducer(Handler):
                 ids = explicit[start:end]
             else:
                 ids = list(range(self._next_sequence, self._next_sequence + end - start))
-            self._next_sequence = max(self._next_sequence, ids[-1] + 1)
             fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
             waits.append((fut, end - start))
+            if explicit is not None and self._hole is not None and ids[0] > self._hole[0]:
+                _fail([fut], SendRefusedError(self._hole[1]))  # refused meanwhile: not past the hole
+                break
+            self._next_sequence = max(self._next_sequence, ids[-1] + 1)
             if single:
                 key = rows.keys[start] if rows.keys is not None else None
                 times = rows.event_times

@@ -271,3 +271,27 @@ def test_a_partitioned_topic_gets_each_row_where_send_would_send_it(
             producer.send_arrow(pa.table({"value": [b"a"]}), first_sequence_id=5)
     for p in range(3):
         assert read_all(b.service_url, f"{topic}-partition-{p}", len(expected[p])) == expected[p]
+
+
+def test_a_refused_entry_fails_the_rest_and_a_rerun_fills_the_hole(
+    start_broker: Callable[..., Broker],
+) -> None:
+    b = start_broker(deduplication=True)
+    topic = new_topic()
+    n = 2000
+    values = payloads(n)
+    batch = pa.table({"value": values, "sequence_id": pa.array(range(n), pa.int64())})
+    with Client(b.service_url, operation_timeout_seconds=20) as client:
+        producer = client.create_producer(
+            topic, batching_enabled=True, batching_max_messages=100, max_pending_messages=300
+        )
+        producer.send_arrow(batch.slice(0, 500))
+        b.inject(fail_receipts=1, fail_code=pb.NotAllowedError)  # the next entry is refused for good
+        with pytest.raises(pulsarwire.NotAllowedError):
+            producer.send_arrow(batch.slice(500))
+        with pytest.raises(pulsarwire.SendRefusedError):  # not past the refused id
+            producer.send_arrow(batch.slice(1000))
+        result = producer.send_arrow(batch.slice(500))  # the caller resends from the refused row
+        assert result.count == n - 500
+        assert producer.last_sequence_id() == n - 1
+    assert read_all(b.service_url, topic, n) == values
