@@ -295,3 +295,20 @@ def test_a_refused_entry_fails_the_rest_and_a_rerun_fills_the_hole(
         assert result.count == n - 500
         assert producer.last_sequence_id() == n - 1
     assert read_all(b.service_url, topic, n) == values
+
+
+def test_a_small_pending_queue_paces_the_entries(broker: Broker) -> None:
+    topic = new_topic()
+    values = payloads(1000)
+    with Client(broker.service_url) as client:  # block_if_queue_full off: a bulk call waits anyway
+        producer = client.create_producer(topic, batching_enabled=True, max_pending_messages=10)
+        assert producer.send_arrow(pa.table({"value": values})).count == 1000
+    assert read_all(broker.service_url, topic, 1000) == values
+
+
+def test_entries_without_a_receipt_time_out(broker: Broker) -> None:
+    with Client(broker.service_url) as client:
+        producer = client.create_producer(new_topic(), batching_enabled=True, send_timeout_millis=300)
+        broker.inject(delay_receipts=100, receipt_delay=3.0)
+        with pytest.raises(pulsarwire.SendTimeoutError):
+            producer.send_arrow(pa.table({"value": payloads(50)}))
