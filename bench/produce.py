@@ -10,14 +10,22 @@ The broker runs in a subprocess so that it does not share the GIL with the produ
 ``python -m pulsarwire.broker --port 0`` (default) or ``--broker pulsar-lite`` (its binary,
 with a config that binds metrics to nothing and keeps data in a temporary directory).
 
-Run: ``python bench/produce.py [--messages 200000] [--broker pulsarwire|pulsar-lite]``.
+``--mode arrow`` measures pulsarwire's ``send_arrow`` instead of its ``send_async``: the same
+messages as pyarrow RecordBatches of ``--arrow-rows`` rows (one batch built before timing and
+sent again and again, so memory shows what the produce path holds), each ``send_arrow`` call
+returning when its receipts are in; the rate is messages / (first call → last return). The
+process's peak RSS so far is printed after each producer (run pulsarwire first to see its own).
+
+Run: ``python bench/produce.py [--messages 200000] [--broker pulsarwire|pulsar-lite] [--mode arrow]``.
 Prints the machine, both rates and the ratio pulsarwire / official.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import resource
 import threading
 import time
 import uuid
@@ -144,6 +152,43 @@ def bench_pulsarwire(url: str, payload: bytes, count: int, warmup: int, max_pend
         client.close()
 
 
+def bench_arrow(
+    url: str, payload: bytes, count: int, warmup: int, max_pending: int, arrow_rows: int
+) -> float:
+    import pyarrow as pa
+
+    client = Client(url)
+    try:
+
+        def measure(topic: str, n: int) -> float:
+            producer = client.create_producer(
+                topic,
+                batching_enabled=True,
+                batching_max_messages=BATCH_MESSAGES,
+                batching_max_allowed_size_in_bytes=BATCH_BYTES,
+                batching_max_publish_delay_ms=BATCH_DELAY_MS,
+                compression_type=CompressionType.LZ4,
+                max_pending_messages=max_pending,
+                block_if_queue_full=True,
+            )
+            rows = min(arrow_rows, n)
+            batch = pa.record_batch({"value": pa.array([payload] * rows, pa.binary())})
+            try:
+                start = time.perf_counter()
+                sent = 0
+                while sent < n:
+                    part = batch if n - sent >= rows else batch.slice(0, n - sent)
+                    sent += producer.send_arrow(part).count
+                return time.perf_counter() - start
+            finally:
+                producer.close()
+
+        measure(_topic("warmup-arrow"), warmup)
+        return measure(_topic("arrow"), count)
+    finally:
+        client.close()
+
+
 def _topic(prefix: str) -> str:
     return f"persistent://public/default/bench-{prefix}-{uuid.uuid4().hex[:8]}"
 
@@ -160,17 +205,31 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--order", choices=("official-first", "pulsarwire-first"), default="official-first", help="run order"
     )
+    p.add_argument(
+        "--mode",
+        choices=("send_async", "arrow"),
+        default="send_async",
+        help="pulsarwire's send_async (default) or send_arrow, against the official send_async",
+    )
+    p.add_argument(
+        "--arrow-rows", type=int, default=100_000, help="rows per send_arrow call (default 100000)"
+    )
     args = p.parse_args(argv)
 
     print(machine())
+    arrow_note = f" (pulsarwire: send_arrow, {args.arrow_rows} rows a call)" if args.mode == "arrow" else ""
     print(
-        f"workload: {args.messages} x {args.size}-byte messages, send_async + flush, batched "
+        f"workload: {args.messages} x {args.size}-byte messages, send_async + flush"
+        f"{arrow_note}, batched "
         f"({BATCH_MESSAGES} msgs / {BATCH_BYTES // 1024} KiB / {BATCH_DELAY_MS} ms), LZ4, "
         f"max_pending={args.max_pending}, broker={args.broker} (subprocess)"
     )
     payload = os.urandom(args.size // 2 + 1).hex().encode()[: args.size]  # compressible like text
     broker = pulsar_lite_broker() if args.broker == "pulsar-lite" else pulsarwire_broker()
-    runners: dict[str, Callable[..., float]] = {"official": bench_official, "pulsarwire": bench_pulsarwire}
+    ours = bench_pulsarwire
+    if args.mode == "arrow":
+        ours = functools.partial(bench_arrow, arrow_rows=args.arrow_rows)
+    runners: dict[str, Callable[..., float]] = {"official": bench_official, "pulsarwire": ours}
     order = ["official", "pulsarwire"] if args.order == "official-first" else ["pulsarwire", "official"]
     rates: dict[str, float] = {}
     with broker as url:
@@ -179,7 +238,12 @@ def main(argv: list[str] | None = None) -> None:
             kwargs: dict[str, Any] = {"max_pending": args.max_pending}
             elapsed = runners[name](url, payload, args.messages, args.warmup, **kwargs)
             rates[name] = args.messages / elapsed
-            print(f"{name:>10}: {rates[name]:>12,.0f} msgs/s  ({elapsed:.2f} s)", flush=True)
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(
+                f"{name:>10}: {rates[name]:>12,.0f} msgs/s  "
+                f"({elapsed:.2f} s; peak RSS {peak:.0f} MiB so far)",
+                flush=True,
+            )
     print(f"     ratio: {rates['pulsarwire'] / rates['official']:.3f} (pulsarwire / official)")
 
 

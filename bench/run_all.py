@@ -1,10 +1,10 @@
 """``make bench``: run every benchmark, print the figures and write them to bench/results.md.
 
-Each benchmark is a separate process (``bench/codec.py``, ``bench/produce.py``,
-``bench/consume.py``, ``bench/memory.py``, ``bench/broker_resources.py``, ``bench/hostile.py``,
-``bench/spark_ingest.py``, ``bench/spark_runner.py``); their output is copied verbatim under a
-heading, after the machine line. Sizes are moderate so the whole run takes a few minutes; pass ``--full`` for
-the sizes the issues name (1M messages, 5M for memory).
+Each benchmark is a separate process (``bench/codec.py``, ``bench/produce.py`` (also with
+``--mode arrow``), ``bench/consume.py``, ``bench/memory.py``, ``bench/broker_resources.py``,
+``bench/hostile.py``, ``bench/spark_ingest.py``, ``bench/spark_runner.py``); their output is
+copied verbatim under a heading, after the machine line. Sizes are moderate so the whole run
+takes a few minutes; pass ``--full`` for the sizes the issues name (1M messages, 5M for memory).
 """
 
 from __future__ import annotations
@@ -38,6 +38,11 @@ def main() -> None:
     sections = [
         ("Codec (bench/codec.py)", run("codec.py", "--batches", "1000" if args.full else "300")),
         ("Produce (bench/produce.py)", run("produce.py", "--messages", n)),
+        # issue 18 goal 1: send_arrow at the goal's size, 1M even by default
+        (
+            "Produce from Arrow (bench/produce.py --mode arrow)",
+            run("produce.py", "--mode", "arrow", "--messages", "1000000"),
+        ),
         ("Consume (bench/consume.py)", run("consume.py", "--messages", n)),
         ("Memory (bench/memory.py)", run("memory.py", "--messages", "5000000" if args.full else "1000000")),
         ("Broker resources (bench/broker_resources.py)", run("broker_resources.py")),

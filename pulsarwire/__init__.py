@@ -25,6 +25,8 @@ from pulsarwire._version import __version__
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
+    ArrowColumnError,
+    ArrowValueError,
     AuthenticationError,
     AuthorizationError,
     BadCredentialsError,
@@ -108,6 +110,9 @@ if TYPE_CHECKING:
     from pulsarwire.client.oauth2 import (
         AuthenticationOauth2,
     )
+    from pulsarwire.client.producer import (
+        SendArrowResult,
+    )
     from pulsarwire.client.retry import (
         RetryPolicy,
     )
@@ -134,6 +139,7 @@ _LAZY = {
     "Producer": "pulsarwire.client.blocking",
     "Reader": "pulsarwire.client.blocking",
     "Message": "pulsarwire.client.message",
+    "SendArrowResult": "pulsarwire.client.producer",
     "Authentication": "pulsarwire.client.auth",
     "AuthenticationBasic": "pulsarwire.client.auth",
     "AuthenticationNone": "pulsarwire.client.auth",
@@ -147,6 +153,8 @@ _LAZY = {
 
 __all__ = [
     "AlreadyClosedError",
+    "ArrowColumnError",
+    "ArrowValueError",
     "Authentication",
     "AuthenticationBasic",
     "AuthenticationError",
@@ -206,6 +214,7 @@ __all__ = [
     "RetryPolicy",
     "RoutingMode",
     "SchemaInfo",
+    "SendArrowResult",
     "SendRefusedError",
     "SendTimeoutError",
     "ServerError",

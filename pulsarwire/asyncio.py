@@ -40,6 +40,7 @@ from pulsarwire.client.core import AsyncClient
 from pulsarwire.client.message import Message
 from pulsarwire.client.multi_topic import Consumer as _CoreConsumer
 from pulsarwire.client.producer import Producer as _CoreProducer
+from pulsarwire.client.producer import SendArrowResult
 from pulsarwire.client.retry import RetryPolicy
 from pulsarwire.client.routing import HashingScheme, RoutingMode
 from pulsarwire.codec.message_id import MessageId
@@ -120,6 +121,28 @@ class Producer(_AsyncCloseable):
             properties, partition_key, ordering_key, sequence_id, event_timestamp, deliver_at, deliver_after
         )
         return await self._core.send(content, **kw)
+
+    @_doc(_blocking.Producer.send_arrow)
+    async def send_arrow(
+        self,
+        batch: Any,
+        *,
+        value: str = "value",
+        key: str | None = "key",
+        properties: str | None = "properties",
+        event_time: str | None = "event_time",
+        sequence_id: str | None = "sequence_id",
+        first_sequence_id: int | None = None,
+    ) -> SendArrowResult:
+        return await self._core.send_arrow(
+            batch,
+            value=value,
+            key=key,
+            properties=properties,
+            event_time=event_time,
+            sequence_id=sequence_id,
+            first_sequence_id=first_sequence_id,
+        )
 
     async def flush(self) -> None:
         """Send what is batched and wait until every message sent so far has its receipt (or failed)."""

@@ -269,6 +269,15 @@ class InvalidConfigurationError(ClientError, ValueError):
     """An option or an operation does not fit the consumer/producer configuration."""
 
 
+class ArrowColumnError(ClientError, TypeError):
+    """``send_arrow``: a column is missing or of a type it cannot send (nothing was sent)."""
+
+
+class ArrowValueError(ClientError, ValueError):
+    """``send_arrow``: a column holds a value it cannot send, e.g. a null value or a sequence id
+    not above the one before (nothing was sent)."""
+
+
 class FlowControlError(RemoteProtocolError):
     """The broker sent a consumer more entries than the permits it was granted allow."""
 

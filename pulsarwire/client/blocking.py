@@ -48,6 +48,7 @@ from .core import AsyncClient
 from .message import Message
 from .multi_topic import Consumer as AsyncConsumer
 from .producer import Producer as AsyncProducer
+from .producer import SendArrowResult
 from .retry import RetryPolicy
 from .routing import HashingScheme, RoutingMode
 from .schema import SchemaInfo
@@ -799,6 +800,78 @@ class Producer(_Closeable):
                 return
             self._scheduled = True
         self._client._loop.call_soon_threadsafe(self._start_drain)
+
+    def send_arrow(
+        self,
+        batch: Any,
+        *,
+        value: str = "value",
+        key: str | None = "key",
+        properties: str | None = "properties",
+        event_time: str | None = "event_time",
+        sequence_id: str | None = "sequence_id",
+        first_sequence_id: int | None = None,
+    ) -> SendArrowResult:
+        """Publish the rows of a pyarrow RecordBatch or Table, in order; wait until all are stored.
+
+        Each row is one message, exactly as :meth:`send` would send it (same batching limits,
+        sequence ids, deduplication, resend on reconnect, send timeout and refusal handling),
+        but the batch entries are encoded straight from the Arrow columns. Messages sent before
+        (also with ``send_async``) are stored before the rows. On a partitioned topic each row
+        goes where ``send`` would send it. Needs pyarrow (the ``arrow`` extra). Each entry waits
+        for room in the pending queue (``max_pending_messages``), whatever
+        ``block_if_queue_full`` says.
+
+        Parameters
+        ----------
+        batch: pyarrow.RecordBatch or pyarrow.Table
+            The rows to send.
+        value: str
+            The payload column: binary or string, no nulls.
+        key: str or None
+            The partition key column (string; a null key: none), used when the batch has it.
+        properties: str or None
+            The properties column (map<string, string>), used when the batch has it.
+        event_time: str or None
+            The event time column (timestamp, or integer ms since the epoch; null or 0: none),
+            used when the batch has it.
+        sequence_id: str or None
+            The sequence id column (integers increasing from row to row), used when the batch
+            has it; otherwise the producer's next ids (or ``first_sequence_id``) are taken.
+        first_sequence_id: int, optional
+            The first row's sequence id, the next rows' ids following it one by one (not on a
+            partitioned topic).
+
+        Returns
+        -------
+        SendArrowResult
+            ``first`` and ``last`` message ids and the ``count`` of messages stored; on a
+            partitioned topic, one such result per partition in ``partitions``.
+
+        Raises
+        ------
+        ArrowColumnError, ArrowValueError, InvalidConfigurationError
+            A column is missing or cannot be sent, or the ids are given twice (nothing was sent).
+        SendTimeoutError, SendRefusedError, MessageTooBigError, ServerError
+            A send failed; earlier entries may be stored (with explicit sequence ids, send the
+            whole batch again: deduplication drops what was stored).
+        """
+        return self._client._run(
+            self._send_arrow(
+                batch,
+                value=value,
+                key=key,
+                properties=properties,
+                event_time=event_time,
+                sequence_id=sequence_id,
+                first_sequence_id=first_sequence_id,
+            )
+        )
+
+    async def _send_arrow(self, batch: Any, **kw: Any) -> SendArrowResult:
+        while self._drain_task is not None and not self._drain_task.done():  # send_async's first
+            await self._drain_task
+        return await self._core.send_arrow(batch, **kw)
 
     def _start_drain(self) -> None:
         self._drain_task = asyncio.get_running_loop().create_task(self._drain())

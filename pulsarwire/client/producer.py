@@ -35,6 +35,7 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     AlreadyClosedError,
     ChecksumError,
+    InvalidConfigurationError,
     LocalProtocolError,
     MessageTooBigError,
     ProducerBusy,
@@ -60,6 +61,7 @@ from .retry import Decision, decide
 if TYPE_CHECKING:
     from pulsarwire.io.connection import Connection
 
+    from .arrow_send import ArrowRows
     from .context import ClientContext
 
 log = logging.getLogger("pulsarwire.producer")
@@ -82,6 +84,19 @@ class ProducerConfig:
     chunking_enabled: bool = False
     initial_sequence_id: int | None = None
     properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SendArrowResult:
+    """What ``send_arrow`` stored: ``count`` messages, from ``first`` to ``last`` one after the
+    other on one partition (both None when ``count`` is 0). On a partitioned topic ``partitions``
+    holds one result per partition that got rows, by partition (their ids name it), and ``first``
+    and ``last`` are None."""
+
+    first: MessageId | None
+    last: MessageId | None
+    count: int
+    partitions: tuple[SendArrowResult, ...] = ()
 
 
 @dataclass(slots=True)
@@ -307,7 +322,7 @@ class PartitionProducer(Handler):
         elif op.num_messages == 1 and not op.metadata.HasField("num_messages_in_batch"):
             _complete(op.futures[0], MessageId(mid.ledger_id, mid.entry_id, self.partition))
         else:
-            n = len(op.futures)
+            n = op.num_messages  # an entry of send_arrow has one future for all its messages
             for i, f in enumerate(op.futures):
                 _complete(f, MessageId(mid.ledger_id, mid.entry_id, self.partition, i, n))
         self._notify_space()
@@ -395,6 +410,123 @@ class PartitionProducer(Handler):
             self.flush_batch()
             self._send_single(msg)
         return fut
+
+    async def send_arrow(self, rows: ArrowRows, first_sequence_id: int | None = None) -> SendArrowResult:
+        """Send ``rows`` in order, as ``send`` would send them one by one; wait for every receipt.
+
+        Rows go into batch entries of up to ``batching_max_messages`` messages and
+        ``batching_max_allowed_size_in_bytes`` bytes, each encoded straight from the columns
+        (see :mod:`pulsarwire.client.arrow_send`); a row too large for a batch goes alone (or in
+        chunks). Each entry waits for room in the pending queue (``max_pending_messages``),
+        then flushes the open batch of ``send`` and takes the next sequence ids (or those of
+        the rows, or from ``first_sequence_id`` on): ids always increase in the order the broker
+        stores. Raises the first failure of an entry (later entries fail with it when the broker
+        refused it, see :meth:`_refused`).
+        """
+        self._check_open()
+        n = rows.count
+        explicit = rows.sequence_ids
+        if explicit is None and first_sequence_id is not None:
+            explicit = list(range(first_sequence_id, first_sequence_id + n))
+        if n == 0:
+            return SendArrowResult(None, None, 0)
+        if explicit is not None:
+            self._explicit_ids = True
+            if self._hole is not None:
+                if explicit[0] > self._hole[0]:
+                    raise SendRefusedError(self._hole[1])
+                self._hole = None  # the caller resends from the refused message on
+        cfg = self.config
+        waits: list[tuple[asyncio.Future[MessageId], int]] = []
+        sizes = rows.sizes()
+        start = 0
+        while start < n:
+            # the limits of send(): an entry ends where the next row would overflow ``room``
+            room = min(cfg.batching_max_allowed_size_in_bytes, self._limit() - BATCH_OVERHEAD)
+            single = not cfg.batching_enabled or self._too_big(sizes[start])
+            end = start + 1
+            if not single:
+                total = sizes[start]
+                most = cfg.batching_max_messages
+                if cfg.max_pending_messages > 0:  # as in send(): a batch never holds more than the queue
+                    most = min(most, cfg.max_pending_messages)
+                top = min(n, start + max(1, most))
+                while end < top and total < cfg.batching_max_allowed_size_in_bytes:
+                    if total + sizes[end] > room:
+                        break
+                    total += sizes[end]
+                    end += 1
+            await self._room(end - start)
+            self._check_open()
+            self.flush_batch()  # what send() batched meanwhile goes first
+            if explicit is not None:
+                ids = explicit[start:end]
+            else:
+                ids = list(range(self._next_sequence, self._next_sequence + end - start))
+            fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+            waits.append((fut, end - start))
+            if explicit is not None and self._hole is not None and ids[0] > self._hole[0]:
+                _fail([fut], SendRefusedError(self._hole[1]))  # refused meanwhile: not past the hole
+                break
+            self._next_sequence = max(self._next_sequence, ids[-1] + 1)
+            if single:
+                key = rows.keys[start] if rows.keys is not None else None
+                times = rows.event_times
+                msg = _Message(
+                    rows.payload(start),
+                    ids[0],
+                    fut,
+                    rows.properties_of(start),
+                    key,
+                    None,
+                    times[start] if times is not None else None,
+                    None,
+                )
+                self._send_single(msg)
+            else:
+                self._send_entry(rows, start, end, ids, fut)
+            start = end
+        results = await asyncio.gather(*(f for f, _ in waits), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        first = cast(MessageId, results[0])
+        last = cast(MessageId, results[-1])
+        k = waits[-1][1]
+        if last.batch_size:  # an entry: its first message's id names it; the last is at k - 1
+            last = MessageId(last.ledger_id, last.entry_id, last.partition, k - 1, k)
+        return SendArrowResult(first, last, n)
+
+    async def _room(self, k: int) -> None:
+        """Wait until ``k`` more messages fit in the pending queue (at once when nothing is pending)."""
+        limit = self.config.max_pending_messages
+        if limit <= 0:
+            return
+
+        def fits() -> bool:
+            queued = self.pending_messages + len(self._batch)
+            return queued == 0 or queued + k <= limit or self.state is HandlerState.CLOSED
+
+        if fits():
+            return
+        async with self._space:
+            await self._space.wait_for(fits)
+
+    def _send_entry(
+        self, rows: ArrowRows, start: int, end: int, ids: list[int], fut: asyncio.Future[MessageId]
+    ) -> None:
+        """One batch entry of rows ``[start, end)``, as :meth:`flush_batch` makes it for ``send``."""
+        md = pb.MessageMetadata(
+            producer_name=self.name or "", sequence_id=ids[0], publish_time=int(time.time() * 1000)
+        )
+        first_key = rows.keys[start] if rows.keys is not None else None
+        if first_key is not None:
+            md.partition_key = first_key
+        md.num_messages_in_batch = end - start
+        if ids[-1] != ids[0]:
+            md.highest_sequence_id = ids[-1]
+        payload = self._compressed(md, rows.encode(start, end, ids))
+        self._enqueue(OpSend(ids[0], ids[-1], end - start, md, payload, [fut], time.monotonic()))
 
     def _too_big(self, size: int) -> bool:
         return size > self._limit() - BATCH_OVERHEAD
@@ -660,6 +792,62 @@ class Producer:
     async def send(self, content: bytes, **kw: Any) -> MessageId:
         fut = await self.send_async(content, **kw)
         return await fut
+
+    async def send_arrow(
+        self,
+        batch: Any,
+        *,
+        value: str = "value",
+        key: str | None = "key",
+        properties: str | None = "properties",
+        event_time: str | None = "event_time",
+        sequence_id: str | None = "sequence_id",
+        first_sequence_id: int | None = None,
+    ) -> SendArrowResult:
+        """Send the rows of a pyarrow RecordBatch or Table (see :meth:`PartitionProducer.send_arrow`).
+
+        The columns are checked before anything is sent. On a partitioned topic each row goes
+        where ``send`` would send it (its key's partition, else the router's choice), the rows of
+        each partition in their order.
+        """
+        from .arrow_send import as_record_batch, rows_from_arrow, split_by_partition  # the ``arrow`` extra
+
+        def read(record: Any) -> ArrowRows:
+            return rows_from_arrow(
+                record,
+                value=value,
+                key=key,
+                properties=properties,
+                event_time=event_time,
+                sequence_id=sequence_id,
+            )
+
+        record = as_record_batch(batch)
+        rows = read(record)
+        if rows.sequence_ids is not None and first_sequence_id is not None:
+            raise InvalidConfigurationError("give sequence ids as a column or as first_sequence_id, not both")
+        if first_sequence_id is not None and first_sequence_id < 0:
+            raise InvalidConfigurationError(f"first_sequence_id {first_sequence_id} is negative")
+        n = len(self.partitions)
+        if n == 1:
+            return await self.partitions[0].send_arrow(rows, first_sequence_id)
+        if first_sequence_id is not None:
+            raise InvalidConfigurationError(
+                f"{self.topic} has {n} partitions: first_sequence_id would be ambiguous (give a column)"
+            )
+        # As send: a keyed row goes to its key's partition, a keyless one where the router says.
+        keys = rows.keys if rows.keys is not None else [None] * rows.count
+        chosen = [self._route(k, n) for k in keys]
+        parts = [(i, read(b)) for i, b in split_by_partition(record, chosen)]
+        done = await asyncio.gather(
+            *(self.partitions[i].send_arrow(r) for i, r in parts), return_exceptions=True
+        )
+        results: list[SendArrowResult] = []
+        for r in done:
+            if isinstance(r, BaseException):
+                raise r
+            results.append(r)
+        return SendArrowResult(None, None, rows.count, tuple(results))
 
     async def flush(self) -> None:
         await asyncio.gather(*(p.flush() for p in self.partitions))
