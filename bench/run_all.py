@@ -2,9 +2,10 @@
 
 Each benchmark is a separate process (``bench/codec.py``, ``bench/produce.py`` (also with
 ``--mode arrow``), ``bench/consume.py``, ``bench/memory.py``, ``bench/broker_resources.py``,
-``bench/hostile.py``, ``bench/spark_ingest.py``, ``bench/spark_runner.py``); their output is
-copied verbatim under a heading, after the machine line. Sizes are moderate so the whole run
-takes a few minutes; pass ``--full`` for the sizes the issues name (1M messages, 5M for memory).
+``bench/hostile.py``, ``bench/spark_ingest.py``, ``bench/spark_runner.py``,
+``bench/spark_sink.py``); their output is copied verbatim under a heading, after the machine
+line. Sizes are moderate so the whole run takes a few minutes; pass ``--full`` for the sizes the
+issues name (1M messages, 5M for memory).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def main() -> None:
         # even by default, or the fixed seconds dominate and the fit is noise.
         ("Spark ingest (bench/spark_ingest.py)", run("spark_ingest.py", "--messages", "1000000")),
         ("The runner around a stream (bench/spark_runner.py)", run("spark_runner.py", "--messages", n)),
+        ("Spark sink (bench/spark_sink.py)", run("spark_sink.py", "--rows", "1000000")),
     ]
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["# Benchmark results", "", f"Run {stamp}. {machine()}", ""]
