@@ -2,9 +2,10 @@
 
 Each benchmark is a separate process (``bench/codec.py``, ``bench/produce.py``,
 ``bench/consume.py``, ``bench/memory.py``, ``bench/broker_resources.py``, ``bench/hostile.py``,
-``bench/spark_ingest.py``); their output is copied verbatim under a heading, after the
-machine line. Sizes are moderate so the whole run takes a few minutes; pass ``--full`` for
-the sizes the issues name (1M messages, 5M for memory).
+``bench/spark_ingest.py``, ``bench/spark_read_split.py``); their output is copied verbatim
+under a heading, after the machine line. Sizes are moderate so the whole run takes a few
+minutes; pass ``--full`` for the sizes the issues name (1M messages, 5M for memory, 2M for
+the read split).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ def main() -> None:
         # Two sizes (a fifth, and all) separate Spark's fixed cost per query from the rate: 1M rows
         # even by default, or the fixed seconds dominate and the fit is noise.
         ("Spark ingest (bench/spark_ingest.py)", run("spark_ingest.py", "--messages", "1000000")),
+        (
+            "Spark read split: minPartitions (bench/spark_read_split.py)",
+            run("spark_read_split.py", "--messages", "2000000" if args.full else "500000"),
+        ),
     ]
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["# Benchmark results", "", f"Run {stamp}. {machine()}", ""]
