@@ -38,6 +38,8 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 TOPIC = "persistent://public/default/read-split"
 SPLITS = (1, 2, 4)
+#: a speed-up below this is not called one: best-of-5 runs on the shared machine differ by ~5 %
+NOISE = 1.05
 
 
 def pulsar_df(spark: Any, url: str, parts: int) -> Any:
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     ratio = best["pulsarwire minPartitions=1"][0] / best["pulsarwire minPartitions=4"][0]
     print(f"minPartitions=4 / minPartitions=1 speed-up: {ratio:.2f}x")
-    print(f"goal (4 tasks faster than 1 on local[2], rows identical): {'met' if ratio > 1 else 'NOT met'}")
+    verdict = "met" if ratio >= NOISE else f"NOT met (not {NOISE:.2f}x or more: within the runs' noise)"
+    print(f"goal (4 tasks faster than 1 on local[2], rows identical): {verdict}")
 
 
 def parquet_df(spark: Any, path: str, size: int, tasks: int) -> Any:
