@@ -147,6 +147,13 @@ class SourceFields(OptionsModel):
     receiver_queue_size: PosInt = option(
         10_000, spark="receiverQueueSize", doc="executor prefetch in messages"
     )
+    min_partitions: PosInt | None = option(
+        None,
+        spark="minPartitions",
+        doc="the least number of Spark tasks for a batch read and for each micro-batch: with fewer "
+        "topic-partitions, large ranges are cut into sub-ranges of whole entries, in proportion to "
+        "their number of entries (below). Offsets stay per topic-partition",
+    )
     on_corrupt_message: OnCorrupt = option(
         "fail",
         spark="onCorruptMessage",

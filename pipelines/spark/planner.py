@@ -460,6 +460,7 @@ class SourceSettings:
     schema_mode: str = "raw"
     on_corrupt: str = "fail"
     wait_for_topic: bool = False
+    min_partitions: int | None = None
 
     @property
     def scan_on_corrupt(self) -> str:
@@ -495,6 +496,7 @@ class SourceSettings:
             schema_mode=o.schema_,
             on_corrupt=o.on_corrupt_message,
             wait_for_topic=o.wait_for_topic,
+            min_partitions=o.min_partitions,
         )
 
 

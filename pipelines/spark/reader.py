@@ -5,9 +5,11 @@ Options follow Spark's Kafka source (:class:`pipelines.options.source.SourceOpti
 topic-partitions, the last message of each and — with admission control — how
 far each partition may go in this batch (:mod:`pipelines.spark.planner`). Each Spark
 input partition is one :class:`ReadRange` ``(start, end]`` of one
-topic-partition; an executor reads it with pulsarwire's bulk Arrow path
-(``Client.read_arrow``: a non-durable reader, no Python object per message) and
-stops exactly at ``end``, batch indexes included. Offsets are JSON
+topic-partition — or, with ``minPartitions``, one sub-range of it cut at whole
+entries (:mod:`pipelines.spark.split`; offsets stay per topic-partition); an
+executor reads it with pulsarwire's bulk Arrow path (``Client.read_arrow``: a
+non-durable reader, no Python object per message) and stops exactly at
+``end``, batch indexes included. Offsets are JSON
 ``{topic-partition: "ledger:entry:batch"}`` (:mod:`pipelines.state.positions`).
 
 Where a range's start no longer exists (retention, trimming), the first entry
@@ -84,6 +86,7 @@ from pipelines.spark.planner import (
     resolve_start,
 )
 from pipelines.spark.schemas import value_schema_for, value_type
+from pipelines.spark.split import split_ranges
 from pipelines.state.offsets import OffsetStore
 from pipelines.state.positions import Offsets, Position, partition_of
 from pulsarwire import CorruptMessageError as CorruptEntry
@@ -276,13 +279,19 @@ def _data_loss(r: ReadRange, after: str, upto: str) -> None:
 
 
 def _ranges(opts: SourceSettings, start: Offsets, end: Offsets) -> list[InputPartition]:
-
+    """One InputPartition per topic-partition with data in (start, end], or more with
+    ``minPartitions`` (:func:`pipelines.spark.split.split_ranges`)."""
     value_schema = value_schema_for(opts) if opts.schema_mode == "auto" else None
+    spans = {
+        tp: (start.get(tp, Position.EARLIEST), e)
+        for tp, e in end.items()
+        if start.get(tp, Position.EARLIEST) < e and e.entry_id >= 0
+    }
     return [
         InputPartition(
             ReadRange(
                 topic=tp,
-                start=start.get(tp, Position.EARLIEST),
+                start=s,
                 end=e,
                 settings=opts.settings,
                 fail_on_data_loss=opts.fail_on_data_loss,
@@ -293,8 +302,7 @@ def _ranges(opts: SourceSettings, start: Offsets, end: Offsets) -> list[InputPar
                 on_corrupt=opts.on_corrupt,
             )
         )
-        for tp, e in end.items()
-        if start.get(tp, Position.EARLIEST) < e and e.entry_id >= 0
+        for tp, s, e in split_ranges(spans, opts.min_partitions)
     ]
 
 
@@ -308,7 +316,7 @@ class PulsarBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         start, end = bounds(self.opts)
         ranges = _ranges(self.opts, start, end)
-        log.info("batch read of %d topic-partitions, %d with data", len(end), len(ranges))
+        log.info("batch read of %d topic-partitions in %d Spark partitions", len(end), len(ranges))
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

@@ -711,6 +711,7 @@ def test_source_options_exact(load: Callable[..., Job]) -> None:
     include_properties: false
     poll_timeout_ms: 5000
     receiver_queue_size: 500
+    min_partitions: 6
     client:
       auth_token: """
             + TOKEN
@@ -735,6 +736,7 @@ def test_source_options_exact(load: Callable[..., Job]) -> None:
         "maxTriggerDelay": "15m",
         "pollTimeoutMs": "5000",
         "receiverQueueSize": "500",
+        "minPartitions": "6",
         "failOnDataLoss": "false",
         "includeProperties": "false",
         "subscriptionName": "sub-1",

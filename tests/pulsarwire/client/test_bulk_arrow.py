@@ -297,6 +297,38 @@ def test_a_corrupt_batch_is_reported_and_its_permits_returned() -> None:
     assert (error.message_id.ledger_id, error.message_id.entry_id) == (7, 1)
 
 
+def test_entries_past_the_end_are_dropped_unopened_with_their_permits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A range ending mid-topic (a minPartitions sub-range) gets the prefetch past its end: those
+    entries return their permits without being decompressed, and a corrupt one is not this range's."""
+    import pulsarwire.client.bulk as bulk
+    import pulsarwire.client.consumer as consumer
+
+    raw = encode_batch((pb.SingleMessageMetadata(sequence_id=i), b"x" * 5) for i in range(10))
+    bad = pb.MessageMetadata(producer_name="p", publish_time=1, num_messages_in_batch=11)  # one missing
+    good = pb.MessageMetadata(producer_name="p", publish_time=1, num_messages_in_batch=10)
+    entries = [(good, raw, 10), (good, raw, 10), (bad, raw, 11), (good, raw, 10)]
+    end = MessageId(7, 1, -1, -1)
+    assert_same_reads(*read_both(entries, end))
+
+    opened: list[int] = []  # the entries either path decompresses, by message count
+    for module, name in ((bulk, "uncompressed_payload"), (consumer, "open_entry")):
+        real = getattr(module, name)
+
+        def counting(md: pb.MessageMetadata, *args: Any, _real: Any = real) -> Any:
+            opened.append(md.num_messages_in_batch)
+            return _real(md, *args)
+
+        monkeypatch.setattr(module, name, counting)
+    columns = column_reader(end, MessageId.EARLIEST)
+    for entry_id, (md, payload, _) in enumerate(entries):
+        columns._on_message(message(entry_id, md, payload))
+    assert opened == [10, 10]  # entries 0 and 1; 2 and 3 lie past the end
+    assert columns.rows.count == 20 and columns.finished and not columns.queue.errors
+    assert columns.permits.consumed == 11 + 10
+
+
 def test_a_property_that_is_not_utf8_reads_with_replacement_characters_on_both_paths() -> None:
     """Pulsar's properties are strings, but nothing stops a producer writing other bytes: the row
     (and Message.properties()) carries them decoded with U+FFFD, as the Java client shows them."""
