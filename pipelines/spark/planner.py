@@ -113,14 +113,15 @@ def missing_topic(client: Any, topic: str) -> MissingTopicError:
     The namespace is listed (GET_TOPICS_OF_NAMESPACE) for the suggestions only: when the role
     may not list it, the error just names the topic.
     """
-    namespace = TopicName.parse(topic).namespace_name
+    name = TopicName.parse(topic)
+    namespace = name.namespace_name
     try:
         names = client.get_topics_of_namespace(namespace)
     except PulsarWireError as exc:
         log.debug("listing %s for suggestions failed: %s", namespace, exc)
         return MissingTopicError(topic, namespace, (), listed=False)
-    parents = {TopicName.parse(n).partitioned_topic for n in names} - {TopicName.parse(topic)}
-    near = closest(TopicName.parse(topic).local_name, sorted(p.local_name for p in parents), n=3, cutoff=0.5)
+    parents = {TopicName.parse(n).partitioned_topic for n in names} - {name}
+    near = closest(name.local_name, sorted(p.local_name for p in parents), n=3, cutoff=0.5)
     return MissingTopicError(topic, namespace, tuple(near))
 
 

@@ -372,13 +372,9 @@ class PartitionProducer(Handler):
         fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
         if sequence_id is None:
             sequence_id = self._next_sequence
-        else:
-            self._explicit_ids = True
-            if self._hole is not None:
-                if sequence_id > self._hole[0]:
-                    fut.set_exception(SendRefusedError(self._hole[1]))
-                    return fut
-                self._hole = None  # the caller resends from the refused message on
+        elif (refusal := self._past_hole(sequence_id)) is not None:
+            fut.set_exception(refusal)
+            return fut
         self._next_sequence = max(self._next_sequence, sequence_id + 1)
         msg = _Message(
             bytes(content),
@@ -411,6 +407,18 @@ class PartitionProducer(Handler):
             self._send_single(msg)
         return fut
 
+    def _past_hole(self, first_id: int) -> SendRefusedError | None:
+        """For a send whose caller chose the sequence id ``first_id``: the refusal when it would
+        be stored past a message the broker refused (see :meth:`_refused`), else None. An id at
+        or before the refused one is the caller resending from it: that closes the hole."""
+        self._explicit_ids = True
+        if self._hole is None:
+            return None
+        if first_id > self._hole[0]:
+            return SendRefusedError(self._hole[1])
+        self._hole = None
+        return None
+
     async def send_arrow(self, rows: ArrowRows, first_sequence_id: int | None = None) -> SendArrowResult:
         """Send ``rows`` in order, as ``send`` would send them one by one; wait for every receipt.
 
@@ -430,12 +438,8 @@ class PartitionProducer(Handler):
             explicit = list(range(first_sequence_id, first_sequence_id + n))
         if n == 0:
             return SendArrowResult(None, None, 0)
-        if explicit is not None:
-            self._explicit_ids = True
-            if self._hole is not None:
-                if explicit[0] > self._hole[0]:
-                    raise SendRefusedError(self._hole[1])
-                self._hole = None  # the caller resends from the refused message on
+        if explicit is not None and (refusal := self._past_hole(explicit[0])) is not None:
+            raise refusal
         cfg = self.config
         waits: list[tuple[asyncio.Future[MessageId], int]] = []
         sizes = rows.sizes()
