@@ -21,10 +21,11 @@ PACKAGE = ROOT / "pipelines"
 SPARK_MODULES = ("spark/", "jobs/runner.py", "jobs/testing.py")
 
 
-def top_level_imports(path: Path) -> set[str]:
-    """The modules a file imports when it is imported (not inside functions)."""
+def imports(path: Path, *, nested: bool = False) -> set[str]:
+    """The modules a file imports when it is imported; with ``nested`` also inside functions."""
+    tree = ast.parse(path.read_text())
     names: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in ast.walk(tree) if nested else tree.body:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -36,12 +37,12 @@ def test_only_the_spark_modules_import_pyspark_at_import_time() -> None:
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        spark = {n for n in top_level_imports(path) if n.split(".")[0] == "pyspark"}
+        spark = {n for n in imports(path) if n.split(".")[0] == "pyspark"}
         if spark and not rel.startswith(SPARK_MODULES):
             offenders.append(f"pipelines/{rel}: {sorted(spark)}")
     assert offenders == []
     # the allowed list is not vacuous: the data source does import pyspark
-    assert "pyspark.sql.datasource" in top_level_imports(PACKAGE / "spark" / "datasource.py")
+    assert "pyspark.sql.datasource" in imports(PACKAGE / "spark" / "datasource.py")
 
 
 def test_no_module_outside_spark_imports_the_spark_modules_at_import_time() -> None:
@@ -52,7 +53,7 @@ def test_no_module_outside_spark_imports_the_spark_modules_at_import_time() -> N
         rel = path.relative_to(PACKAGE).as_posix()
         if rel.startswith(SPARK_MODULES):
             continue
-        for name in top_level_imports(path):
+        for name in imports(path):
             if name.startswith(("pipelines.spark.", "pipelines.jobs.runner", "pipelines.jobs.testing")) and (
                 name != "pipelines.spark.planner"
             ):
@@ -64,19 +65,10 @@ def test_pulsarwire_never_imports_pyspark() -> None:
     offenders = [
         str(path.relative_to(ROOT))
         for path in sorted((ROOT / "pulsarwire").rglob("*.py"))
-        if "pyspark" in path.read_text() and any(n.split(".")[0] == "pyspark" for n in _all_imports(path))
+        if "pyspark" in path.read_text()
+        and any(n.split(".")[0] == "pyspark" for n in imports(path, nested=True))
     ]
     assert offenders == []
-
-
-def _all_imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
 
 
 @pytest.mark.parametrize("command", [["validate", "jobs/orders_ingest.yaml"], ["list"]])
