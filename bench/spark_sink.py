@@ -11,7 +11,9 @@ a fresh topic of our broker (a subprocess, deduplication on):
       100-byte messages (batched, a callback counting receipts), then ``flush``
 
 rows/s = rows / seconds from the write's call to its return (every receipt in); best of
-``--repeat``; ratios against (c). Goal (issue 18): (b) >= 300k rows/s at 1M rows on local[2].
+``--repeat``; ratios against (c). After each write (untimed) the topic is read back: it must
+hold exactly the rows written, or the benchmark stops.
+Goal (issue 18): (b) >= 300k rows/s at 1M rows on local[2].
 Run: ``python bench/spark_sink.py [--rows 1000000]``.
 """
 
@@ -26,6 +28,8 @@ import uuid
 
 import pulsar
 from brokers import machine, pulsarwire_broker
+
+from pulsarwire import Client, MessageId
 
 
 def official_send_async(url: str, rows: int) -> float:
@@ -58,18 +62,33 @@ def official_send_async(url: str, rows: int) -> float:
         client.close()
 
 
-def spark_write(df: object, url: str, exactly_once: bool, run: int) -> float:
-    writer = (
-        df.write.format("pulsarwire")  # type: ignore[attr-defined]
-        .option("service.url", url)
-        .option("topic", f"persistent://public/default/sink-{uuid.uuid4().hex[:8]}")
-        .mode("append")
-    )
+def stored(url: str, topic: str) -> int:
+    """How many messages ``topic`` holds (read back with the bulk reader, untimed)."""
+    client = Client(url)
+    try:
+        probe = client.subscribe(topic, "bench-count")
+        last = probe.get_last_message_id()
+        probe.close()
+        return sum(
+            rb.num_rows for rb in client.read_arrow(topic, MessageId.EARLIEST, last, batch_rows=50_000)
+        )
+    finally:
+        client.close()
+
+
+def spark_write(df: object, url: str, exactly_once: bool, run: int, rows: int) -> float:
+    """Seconds to write ``df`` to a new topic; checks that the topic then holds exactly ``rows``."""
+    topic = f"persistent://public/default/sink-{uuid.uuid4().hex[:8]}"
+    writer = df.write.format("pulsarwire").option("service.url", url).option("topic", topic).mode("append")  # type: ignore[attr-defined]
     if exactly_once:
         writer = writer.option("producerNamePrefix", f"bench-{run}").option("batchId", str(run))
     t = time.perf_counter()
     writer.save()
-    return time.perf_counter() - t
+    took = time.perf_counter() - t
+    have = stored(url, topic)
+    if have != rows:
+        raise SystemExit(f"{topic}: {have} messages stored, {rows} written")
+    return took
 
 
 def main() -> None:
@@ -100,11 +119,11 @@ def main() -> None:
     print(machine())
     print(f"{args.rows:,} rows of 100 B in 2 Spark partitions, local[2], best of {args.repeat}")
     with pulsarwire_broker("--dedup") as url:
-        spark_write(df.limit(1000), url, True, 10_000)  # warm-up: Python workers started
+        spark_write(df.limit(1000), url, True, 10_000, 1000)  # warm-up: Python workers started
         best = {"plain": float("inf"), "exactly-once": float("inf"), "official": float("inf")}
         for run in range(args.repeat):
-            best["plain"] = min(best["plain"], spark_write(df, url, False, run))
-            best["exactly-once"] = min(best["exactly-once"], spark_write(df, url, True, run))
+            best["plain"] = min(best["plain"], spark_write(df, url, False, run, args.rows))
+            best["exactly-once"] = min(best["exactly-once"], spark_write(df, url, True, run, args.rows))
             best["official"] = min(best["official"], official_send_async(url, args.rows))
         labels = {
             "plain": "(a) sink, plain",

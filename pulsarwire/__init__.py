@@ -119,6 +119,7 @@ if TYPE_CHECKING:
     from pulsarwire.client.routing import (
         HashingScheme,
         RoutingMode,
+        partition_for_key,
     )
     from pulsarwire.client.schema import (
         SchemaInfo,
@@ -147,6 +148,7 @@ _LAZY = {
     "AuthenticationToken": "pulsarwire.client.auth",
     "HashingScheme": "pulsarwire.client.routing",
     "RoutingMode": "pulsarwire.client.routing",
+    "partition_for_key": "pulsarwire.client.routing",
     "SchemaInfo": "pulsarwire.client.schema",
     "RetryPolicy": "pulsarwire.client.retry",
 }
@@ -234,6 +236,7 @@ __all__ = [
     "UnsupportedVersionError",
     "__version__",
     "asyncio",
+    "partition_for_key",
 ]
 
 

@@ -4,10 +4,11 @@ Spark builds a :class:`PulsarBatchWriter` (``df.write``) or a :class:`PulsarStre
 (``df.writeStream``) on the driver. Its constructor validates the options and the input
 columns (:func:`sink_settings`) before any task runs, and the writer is then pickled to the
 executors. A task receives its rows as pyarrow RecordBatches, opens one client and, lazily,
-one producer per target topic, hands every row to ``send_async`` (blocking while the pending
-queue is full), flushes, checks that every message got a receipt and returns a
-:class:`PulsarCommitMessage`. Any send error fails the task with
-:class:`~pipelines.errors.SinkError`; nothing is dropped silently.
+one producer per target topic, and hands each RecordBatch, its columns checked and grouped by
+target, to the producer's ``send_arrow``: batch entries are encoded straight from the Arrow
+columns (no Python object per row) and the call returns when every receipt is in. The task
+then returns a :class:`PulsarCommitMessage`. Any send error fails the task with
+:class:`~pipelines.errors.SinkError` naming the rows; nothing is dropped silently.
 
 **Exactly once** (option ``producerNamePrefix``) rests on broker deduplication: the broker
 stores, per topic and producer name, the highest sequence id it has persisted and drops
@@ -30,11 +31,12 @@ the topic or namespace a replay duplicates rows.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,8 +48,7 @@ from pipelines.errors import OptionError, SinkError, describe
 from pipelines.options.client import ClientSettings
 from pipelines.options.sink import MAX_BATCH_ID, SinkOptions
 from pipelines.spark.planner import full_topic_name
-from pulsarwire import CompressionType, ProducerBusy, TopicName
-from pulsarwire.client.routing import HashingScheme, partition_for_key
+from pulsarwire import CompressionType, HashingScheme, ProducerBusy, TopicName, partition_for_key
 
 __all__ = [
     "MAX_BATCH_ID",
@@ -239,32 +240,21 @@ class PulsarCommitMessage(WriterCommitMessage):
 # -- the task ---------------------------------------------------------------------------
 
 
-_Col = list[Any] | None
-
-
 class _Output:
-    """One producer of a task, with what was sent through it and what came back."""
+    """One producer of a task, with what was sent through it."""
 
-    __slots__ = ("acked", "errors", "last_sent", "name", "producer", "sent", "skipped", "stored", "topic")
+    __slots__ = ("last_sent", "name", "producer", "sent", "skipped", "stored", "topic")
 
-    def __init__(self, topic: str, producer: Any, stored: int, errors: list[tuple[str, BaseException]]):
+    def __init__(self, topic: str, producer: Any, stored: int):
         self.topic = topic
         self.producer = producer
         self.name: str = producer.producer_name()
         #: the broker's last stored sequence id for this name (exactly-once), else -1
         self.stored = stored
+        #: messages stored (every receipt in)
         self.sent = 0
         self.skipped = 0
-        self.acked = 0
         self.last_sent = -1
-        self.errors = errors
-
-    def done(self, err: BaseException | None, _mid: Any) -> None:
-        """Receipt callback; runs on the client's loop thread."""
-        if err is None:
-            self.acked += 1
-        else:
-            self.errors.append((self.topic, err))
 
 
 class _Target:
@@ -278,7 +268,19 @@ class _Target:
         self.outputs: dict[int, _Output] = {}
 
 
+#: row positions within one Arrow batch (ascending), or None: all of them
+_Rows: TypeAlias = "pa.Array | None"
+
+
 class _TaskWriter:
+    """The rows of one Spark task, Arrow batch by Arrow batch, through ``send_arrow``.
+
+    Each batch's columns are checked and renamed to what ``send_arrow`` reads (value, key,
+    properties, event_time), its rows grouped by target topic (and, exactly once on a
+    partitioned topic, by partition), rows already stored skipped, and each group sent with
+    its sequence ids in one ``send_arrow`` call, which returns when every receipt is in.
+    """
+
     def __init__(self, settings: SinkSettings, partition_id: int, batch_id: int | None) -> None:
         self.settings = settings
         self.partition_id = partition_id
@@ -293,7 +295,6 @@ class _TaskWriter:
         self.client: Any = None
         self.targets: dict[str, _Target] = {}
         self.outputs: list[_Output] = []
-        self.errors: list[tuple[str, BaseException]] = []
         self.rows = 0
 
     # -- producers --------------------------------------------------------------
@@ -305,20 +306,16 @@ class _TaskWriter:
                 raise SinkError(f"cannot create a Pulsar client: {describe(exc)}") from exc
         return self.client
 
-    def _target(self, topic: str) -> _Target:
-        target = self.targets.get(topic)
-        if target is None:  # one target per topic however the rows spell it (one name, one producer)
-            full = full_topic_name(topic)
-            target = self.targets.get(full)
-            if target is None:
-                partitions = None
-                if self.settings.exactly_once:
-                    try:
-                        partitions = self._client().get_topic_partitions(full)
-                    except Exception as exc:
-                        raise SinkError(f"cannot look up topic {full}: {describe(exc)}") from exc
-                target = self.targets[full] = _Target(full, partitions)
-            self.targets[topic] = target
+    def _target(self, full: str) -> _Target:
+        target = self.targets.get(full)
+        if target is None:
+            partitions = None
+            if self.settings.exactly_once:
+                try:
+                    partitions = self._client().get_topic_partitions(full)
+                except Exception as exc:
+                    raise SinkError(f"cannot look up topic {full}: {describe(exc)}") from exc
+            target = self.targets[full] = _Target(full, partitions)
         return target
 
     def _open(self, topic: str) -> _Output:
@@ -348,41 +345,20 @@ class _TaskWriter:
             except Exception as exc:
                 raise SinkError(f"cannot create a producer on {topic}: {describe(exc)}") from exc
         stored = producer.last_sequence_id() if self.name is not None else -1
-        out = _Output(topic, producer, stored, self.errors)
+        out = _Output(topic, producer, stored)
         self.outputs.append(out)
         return out
 
-    def _output(self, topic: str, key: str | None) -> _Output:
-        target = self._target(topic)
-        parts = target.partitions
-        if parts is None:  # at-least-once: the client routes over the partitions
-            index = 0
-            name = target.topic
-        else:
-            n = len(parts)
-            if n == 1:
-                index = 0
-            elif key is not None:
-                index = partition_for_key(key, n, self.settings.hashing_scheme)
-            else:
-                index = self.partition_id % n
-            name = parts[index]
+    def _output(self, target: _Target, index: int) -> _Output:
         out = target.outputs.get(index)
         if out is None:
+            name = target.topic if target.partitions is None else target.partitions[index]
             out = target.outputs[index] = self._open(name)
         return out
 
     # -- rows ---------------------------------------------------------------------
     def _fail_row(self, row: int, message: str) -> SinkError:
         return SinkError(f"row {row} of Spark partition {self.partition_id}: {message}")
-
-    def _failure(self) -> SinkError:
-        topic, first = self.errors[0]
-        count = len(self.errors)
-        return SinkError(
-            f"{count} message(s) could not be sent (Spark partition {self.partition_id}); first, to "
-            f"{topic}: {describe(first)}"
-        )
 
     def write_batch(self, rb: pa.RecordBatch) -> None:
         n = rb.num_rows
@@ -392,59 +368,112 @@ class _TaskWriter:
         if self.batch_id is not None and self.base is not None:
             sequence_id(self.batch_id, start + n - 1)  # the last row must have a sequence id too
         self.rows += n
-        values, keys, topics, props, times = self._columns(rb, start)
-        default_topic = self.settings.topic
-        base = self.base
-        errors = self.errors
-        for j in range(n):
-            topic = topics[j] if topics is not None else None
-            if topic is None:
-                topic = default_topic
-            if topic is None:
-                raise self._fail_row(start + j, "topic is null and there is no topic option")
-            key = keys[j] if keys is not None else None
-            out = self._output(topic, key)
-            kw: dict[str, Any] = {}
-            if key is not None:
-                kw["partition_key"] = key
-            if props is not None and props[j]:
-                kw["properties"] = self._properties(props[j], start + j)
-            if times is not None and times[j] is not None:
-                kw["event_timestamp"] = times[j]
-            if base is not None:
-                seq = base + start + j
-                if seq <= out.stored:
-                    out.skipped += 1
-                    continue
-                kw["sequence_id"] = seq
-                out.last_sent = seq
-            out.producer.send_async(values[j], out.done, **kw)
-            out.sent += 1
-            if errors:
-                raise self._failure() from errors[0][1]
+        send = self._columns(rb, start)
+        for topic, rows in self._by_topic(rb, start):
+            target = self._target(topic)
+            for index, part in self._by_partition(target, send, rows):
+                self._send(self._output(target, index), send, part, start)
 
-    def _properties(self, pairs: list[tuple[str, str | None]], row: int) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for k, v in pairs:
-            if v is None:
-                raise self._fail_row(row, f"property {k!r} is null (Pulsar properties are strings)")
-            out[k] = v
+    def _by_topic(self, rb: pa.RecordBatch, start: int) -> list[tuple[str, _Rows]]:
+        """The rows of ``rb`` by target topic (full name, however the rows spell it), in order of
+        first appearance."""
+        default = self.settings.topic
+        if "topic" not in self.settings.columns:
+            if default is None:  # sink_settings refuses this
+                raise SinkError("no topic option and no 'topic' column")
+            return [(full_topic_name(default), None)]
+        col = rb.column("topic")
+        if col.null_count:
+            if default is None:
+                first = pc.index(pc.is_null(col), True).as_py()
+                raise self._fail_row(start + first, "topic is null and there is no topic option")
+            col = col.fill_null(default)
+        spellings: dict[str, list[str]] = {}
+        for name in pc.unique(col).to_pylist():
+            spellings.setdefault(full_topic_name(name), []).append(name)
+        if len(spellings) == 1:
+            return [(next(iter(spellings)), None)]
+        return [
+            (full, pc.indices_nonzero(pc.is_in(col, value_set=pa.array(names, col.type))))
+            for full, names in spellings.items()
+        ]
+
+    def _by_partition(self, target: _Target, send: pa.RecordBatch, rows: _Rows) -> list[tuple[int, _Rows]]:
+        """``rows`` by the partition (index) they go to: all to 0 unless the task routes itself
+        (exactly once on a partitioned topic), then a keyed row to its key's partition and a
+        keyless one to partition ``spark partition % partitions``."""
+        parts = target.partitions
+        if parts is None or len(parts) == 1:
+            return [(0, rows)]
+        n = len(parts)
+        keys: list[str | None]
+        if "key" in send.schema.names:
+            col = send.column("key")
+            keys = (col if rows is None else col.take(rows)).to_pylist()
+        else:
+            keys = [None] * (send.num_rows if rows is None else len(rows))
+        scheme = self.settings.hashing_scheme
+        keyless = self.partition_id % n
+        chosen = pa.array(
+            [keyless if k is None else partition_for_key(k, n, scheme) for k in keys], pa.int64()
+        )
+        out: list[tuple[int, _Rows]] = []
+        for index in sorted(set(chosen.to_pylist())):
+            picked = pc.indices_nonzero(pc.equal(chosen, index))
+            out.append((index, picked if rows is None else rows.take(picked)))
         return out
 
-    def _columns(self, rb: pa.RecordBatch, start: int) -> tuple[list[Any], _Col, _Col, _Col, _Col]:
-        """The columns of ``rb`` as Python lists (None for an absent column); checks values and times."""
+    def _send(self, out: _Output, send: pa.RecordBatch, rows: _Rows, start: int) -> None:
+        """Send ``rows`` of ``send`` through ``out``: those the broker already stored skipped
+        (exactly once), the rest with their sequence ids; returns when all are stored."""
+        total = send.num_rows if rows is None else len(rows)
+        skip = 0
+        if self.base is not None and out.stored >= self.base + start:
+            # what an earlier attempt stored is a prefix of the rows (ids increase with rows)
+            below = out.stored - self.base - start  # positions at or below it are stored
+            if rows is None:
+                skip = min(total, below + 1)
+            else:
+                skip = int(pc.sum(pc.less_equal(rows, below)).as_py() or 0)
+            out.skipped += skip
+        if skip == total:
+            return
+        kw: dict[str, Any] = {}
+        if rows is None:
+            batch = send.slice(skip)
+            first = skip
+            if self.base is not None:
+                kw["first_sequence_id"] = self.base + start + skip
+        else:
+            rows = rows.slice(skip)
+            batch = send.take(rows)
+            first = rows[0].as_py()
+            if self.base is not None:
+                batch = batch.append_column(
+                    "sequence_id", pc.add(rows, pa.scalar(self.base + start, pa.int64()))
+                )
+        try:
+            result = out.producer.send_arrow(batch, **kw)
+        except Exception as exc:
+            last = start + (total - 1 if rows is None else rows[-1].as_py())
+            raise SinkError(
+                f"rows {start + first} to {last} could not be sent (Spark partition {self.partition_id}) "
+                f"to {out.topic}: {describe(exc)}"
+            ) from exc
+        out.sent += result.count
+        if self.base is not None:
+            out.last_sent = self.base + start + (total - 1 if rows is None else rows[-1].as_py())
+
+    def _columns(self, rb: pa.RecordBatch, start: int) -> pa.RecordBatch:
+        """The checked columns of ``rb`` under ``send_arrow``'s names: value, key (a string),
+        properties, event_time (ms since the epoch); raises SinkError naming the first bad row."""
 
         cols = self.settings.columns
         value = rb.column("value")
         if value.null_count:
             first = pc.index(pc.is_null(value), True).as_py()
             raise self._fail_row(start + first, "value is null (filter the row out or give it a payload)")
-        if pa.types.is_string(value.type):
-            value = value.cast(pa.binary())
-        elif pa.types.is_large_string(value.type):
-            value = value.cast(pa.large_binary())
-        values = value.to_pylist()
-        keys = None
+        names, arrays = ["value"], [value]
         if "key" in cols:
             key = rb.column("key")
             if pa.types.is_binary(key.type) or pa.types.is_large_binary(key.type):
@@ -455,17 +484,30 @@ class _TaskWriter:
                         f"Spark partition {self.partition_id}: a binary key is not valid UTF-8 "
                         f"(Pulsar keys are strings): {exc}"
                     ) from exc
-            keys = key.to_pylist()
-        topics = rb.column("topic").to_pylist() if "topic" in cols else None
-        props = rb.column("properties").to_pylist() if "properties" in cols else None
-        times = None
+            names.append("key")
+            arrays.append(key)
+        if "properties" in cols:
+            props = rb.column("properties")
+            lo, hi = props.offsets[0].as_py(), props.offsets[-1].as_py()
+            items = props.items.slice(lo, hi - lo)  # the map's children ignore a slice; its offsets do not
+            if items.null_count:
+                bad = lo + pc.index(pc.is_null(items), True).as_py()
+                row = bisect.bisect_right(props.offsets.to_pylist(), bad) - 1
+                name = props.keys[bad].as_py()
+                raise self._fail_row(
+                    start + row, f"property {name!r} is null (Pulsar properties are strings)"
+                )
+            names.append("properties")
+            arrays.append(props)
         if "eventTime" in cols:
-            micros = rb.column("eventTime").cast(pa.int64()).to_pylist()
-            times = [None if us is None else us // 1000 for us in micros]
-            bad = next((j for j, ms in enumerate(times) if ms is not None and ms <= 0), None)
-            if bad is not None:
-                raise self._fail_row(start + bad, "eventTime must be after 1970-01-01T00:00:00.000Z")
-        return values, keys, topics, props, times
+            ms = pc.divide(rb.column("eventTime").cast(pa.int64()), 1000)
+            early = pc.less_equal(ms, 0)
+            if pc.any(early).as_py():
+                first = pc.index(early, True).as_py()
+                raise self._fail_row(start + first, "eventTime must be after 1970-01-01T00:00:00.000Z")
+            names.append("event_time")
+            arrays.append(ms)
+        return pa.RecordBatch.from_arrays(arrays, names=names)
 
     # -- end of task ----------------------------------------------------------------
     def finish(self) -> PulsarCommitMessage:
@@ -474,14 +516,8 @@ class _TaskWriter:
                 out.producer.flush()
             except Exception as exc:
                 raise SinkError(f"flushing to {out.topic} failed: {describe(exc)}") from exc
-        if self.errors:
-            raise self._failure() from self.errors[0][1]
         topics: dict[str, TopicWrite] = {}
         for out in self.outputs:
-            if out.acked != out.sent:
-                raise SinkError(
-                    f"{out.sent - out.acked} message(s) to {out.topic} got neither a receipt nor an error"
-                )
             last = out.producer.last_sequence_id()
             if self.base is not None and out.sent:
                 last = out.last_sent

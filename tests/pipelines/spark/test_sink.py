@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import uuid
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
@@ -29,6 +31,7 @@ from pipelines.spark.sink import (
     PulsarCommitMessage,
     PulsarStreamWriter,
     TopicWrite,
+    _write_task,
     base_topic,
     check_deduplication,
     full_topic_name,
@@ -190,6 +193,90 @@ def test_exactly_once_replays_publish_each_row_once(spark: Any, dedup_broker: Br
 
     write(full, url, batchId="0", **opts)  # an older version is taken as already published
     assert len(read_topic(url, topic)) == 80
+
+
+def test_exactly_once_replay_over_many_arrow_batches_and_partitions(spark: Any, dedup_broker: Broker) -> None:
+    """Rows reach the task in Arrow batches of 7: the sequence ids run on across them, and a
+    replay skips exactly what each partition stored, where the stored rows of a partition are
+    not one run of the task's rows (its other rows went to other partitions)."""
+    url, topic = dedup_broker.service_url, new_topic()
+    dedup_broker.create_partitioned_topic(topic, 3)
+    full = spark.range(0, 60, numPartitions=2).selectExpr(
+        "cast(id as string) as value",
+        "case when id % 5 = 0 then null else concat('k', id % 11) end as key",
+    )
+    opts = {"topic": topic, "producerNamePrefix": "multi", "batchId": "4", "batchingMaxMessages": "3"}
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")
+    try:
+        write(full.filter("id % 30 < 17"), url, **opts)  # each task stopped after its first 17 rows
+        write(full, url, **opts)
+        write(full, url, **opts)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+    seen = []
+    for p in range(3):
+        got = read_topic(url, f"{topic}-partition-{p}")
+        by_producer: dict[str, list[int]] = {}
+        for m in got:
+            n = int(m.data())
+            spark_partition, row = divmod(n, 30)
+            assert m.producer_name() == f"multi-{spark_partition}"
+            assert m.sequence_id() == 4 * 2**32 + row
+            by_producer.setdefault(m.producer_name(), []).append(m.sequence_id())
+            seen.append(n)
+        for ids in by_producer.values():
+            assert ids == sorted(ids)  # stored in row order
+    assert sorted(seen) == list(range(60))
+
+
+def test_bad_rows_are_named_and_nothing_of_their_arrow_batch_is_sent(dedup_broker: Broker) -> None:
+    """The task's checks run on each Arrow batch before it is sent: the error names the row
+    (counted over the task's batches, also in a sliced batch), the batches before it are
+    stored and nothing of its own batch is."""
+    url = dedup_broker.service_url
+    schema = pa.schema(
+        [
+            ("value", pa.binary()),
+            ("key", pa.string()),
+            ("topic", pa.string()),
+            ("properties", pa.map_(pa.string(), pa.string())),
+            ("eventTime", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    spark_schema = T.StructType(
+        [
+            T.StructField("value", T.BinaryType()),
+            T.StructField("key", T.StringType()),
+            T.StructField("topic", T.StringType()),
+            T.StructField("properties", T.MapType(T.StringType(), T.StringType())),
+            T.StructField("eventTime", T.TimestampType()),
+        ]
+    )
+    good = {"value": b"v", "key": "k", "topic": None, "properties": [("a", "1")], "eventTime": 1_000_000}
+    cases = [
+        ({"value": None}, "value is null"),
+        ({"properties": [("a", "1"), ("b", None)]}, "property 'b' is null (Pulsar properties are strings)"),
+        ({"eventTime": 999}, "eventTime must be after 1970-01-01T00:00:00.000Z"),
+    ]
+    for bad, message in cases:
+        topic = new_topic()
+        settings = sink_settings({"service.url": url, "topic": topic}, spark_schema, streaming=False)
+        first = pa.RecordBatch.from_pylist([good] * 4, schema)
+        rows = [good] * 6
+        rows[4] = {**good, **bad}
+        second = pa.RecordBatch.from_pylist(rows, schema).slice(2)  # its row 2 is the bad one
+        with pytest.raises(SinkError, match=rf"^row 6 of Spark partition 3: {re.escape(message)}"):
+            _write_task(settings, [first, second], 3, None)
+        assert len(read_topic(url, topic)) == 4
+
+    no_default = sink_settings({"service.url": url}, spark_schema, streaming=False)
+    rows = [{**good, "topic": new_topic()}] * 3
+    rows[1] = {**good, "topic": None}
+    with pytest.raises(
+        SinkError, match=r"^row 1 of Spark partition 0: topic is null and there is no topic option"
+    ):
+        _write_task(no_default, [pa.RecordBatch.from_pylist(rows, schema)], 0, None)
 
 
 def test_dedup_off_is_detected_and_warned(
