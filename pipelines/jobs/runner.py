@@ -220,8 +220,8 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     in_batch: bool = False  # a batch is being written (a stop waits for it)
     ends: Callable[[int], Offsets] | None = None  # a batch's end positions (from the checkpoint)
-    #: batches written and not yet reported: batch id → (seconds, corrupt rows)
-    written: dict[int, tuple[float, int]] = field(default_factory=dict)
+    #: batches written and not yet reported: batch id → (seconds, corrupt rows, lag just after it)
+    written: dict[int, tuple[float, int, int | None]] = field(default_factory=dict)
 
     def lag(self, batch_id: int | None = None) -> int | None:
         """Messages not yet committed, all partitions; None if unknown.
@@ -256,15 +256,17 @@ class Progress:
         for batch_id in sorted(self.written):
             if batch_id not in rows and not final:
                 break  # in order: later batches wait for this one's figure
-            seconds, corrupt = self.written.pop(batch_id)
-            self.batch(batch_id, rows.get(batch_id, 0) - corrupt, seconds, corrupt)
+            seconds, corrupt, lag = self.written.pop(batch_id)
+            self.batch(batch_id, rows.get(batch_id, 0) - corrupt, seconds, corrupt, lag)
 
-    def batch(self, batch_id: int, rows: int, seconds: float, corrupt: int = 0) -> None:
+    def batch(
+        self, batch_id: int, rows: int, seconds: float, corrupt: int = 0, lag: int | None = None
+    ) -> None:
+        """Print a batch's line; ``lag``: the messages left when it was written (None: unknown)."""
         self.batches += 1
         self.rows += rows
         self.corrupt += corrupt
         self.busy += seconds
-        lag = self.lag(batch_id)
         rate = self.rows / self.busy if self.busy > 0 else 0.0
         left = "" if lag is None else f", {lag} messages left"
         eta = f", ETA {_duration(lag / rate)}" if lag and rate > 0 else ""
@@ -308,6 +310,7 @@ def _counted(body: Callable[[Any, int], int | None], progress: Progress) -> Call
     ``body`` returns how many rows were corrupt messages (skipped or quarantined), or None. The
     batch's row count is not computed here (a count would be one more Spark job per batch): it
     is the ``numInputRows`` Spark reports in the query's progress, read by :meth:`Progress.report`.
+    The lag is taken here, just after the batch: its line may be printed after later batches.
     """
 
     def run(df: Any, batch_id: int) -> None:
@@ -317,7 +320,8 @@ def _counted(body: Callable[[Any, int], int | None], progress: Progress) -> Call
             corrupt = body(df, batch_id) or 0
         finally:
             progress.in_batch = False
-        progress.written[batch_id] = (time.monotonic() - t, corrupt)
+        seconds = time.monotonic() - t
+        progress.written[batch_id] = (seconds, corrupt, progress.lag(batch_id))
 
     return run
 

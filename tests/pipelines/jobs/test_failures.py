@@ -29,6 +29,7 @@ import pytest
 from deltalake import DeltaTable
 
 from jobs.demo import produce
+from pipelines.jobs import runner
 from pipelines.jobs.cli import main as cli
 from pulsarwire.broker import Broker
 
@@ -450,6 +451,30 @@ def test_progress_lines_give_the_lag_in_messages(spark: Any, broker: Broker, pro
     assert len(batches) == 3
     assert batches[0].endswith(", 60 messages left, ETA " + batches[0].rsplit("ETA ", 1)[-1])
     assert batches[-1].endswith(", 0 messages left")  # no ETA once nothing is left
+
+
+def test_progress_lines_printed_late_give_the_lag_after_their_own_batch(
+    spark: Any, broker: Broker, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a loaded machine Spark reports a batch's progress after later batches ran: the line
+    still gives what was left just after its own batch (here every line waits for the end)."""
+    late = runner.Progress.report
+
+    def at_the_end(self: runner.Progress, query: Any, *, final: bool = False) -> None:
+        if final:
+            late(self, query, final=True)
+
+    monkeypatch.setattr(runner.Progress, "report", at_the_end)
+    produce(broker.service_url, "orders", 90)
+    ran = in_process("run", INGEST, "--set", "source.pulsar.max_messages_per_trigger=30")
+    assert ran.code == 0
+    batches = [line for line in ran.out_lines if "] batch " in line]
+    assert [line.split(" rows in ")[0].rsplit("] ", 1)[1] for line in batches] == [
+        "batch 0: 30",
+        "batch 1: 30",
+        "batch 2: 30",
+    ]
+    assert [line.split(" s, ", 1)[1].split(" messages left")[0] for line in batches] == ["60", "30", "0"]
 
 
 # -- Ctrl-C and SIGTERM ------------------------------------------------------------------------------
