@@ -35,6 +35,7 @@ import bisect
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -70,6 +71,8 @@ log = logging.getLogger("pipelines.spark.sink")
 #: sequence id = batch_id << ROW_BITS | row index within the task
 ROW_BITS = 32
 MAX_ROWS_PER_TASK = 2**ROW_BITS
+#: how many producers of a task send at once
+SEND_THREADS = 8
 #: how long a task waits for its producer name while an earlier attempt of it still holds the name
 PRODUCER_BUSY_WAIT_SECONDS = 120.0
 
@@ -278,7 +281,8 @@ class _TaskWriter:
     Each batch's columns are checked and renamed to what ``send_arrow`` reads (value, key,
     properties, event_time), its rows grouped by target topic (and, exactly once on a
     partitioned topic, by partition), rows already stored skipped, and each group sent with
-    its sequence ids in one ``send_arrow`` call, which returns when every receipt is in.
+    its sequence ids in one ``send_arrow`` call, which returns when every receipt is in (the
+    calls to several producers run at once, in a small thread pool).
     """
 
     def __init__(self, settings: SinkSettings, partition_id: int, batch_id: int | None) -> None:
@@ -296,6 +300,8 @@ class _TaskWriter:
         self.targets: dict[str, _Target] = {}
         self.outputs: list[_Output] = []
         self.rows = 0
+        #: sends to several producers at once (a topic column, or partitions routed here)
+        self.pool: ThreadPoolExecutor | None = None
 
     # -- producers --------------------------------------------------------------
     def _client(self) -> Any:
@@ -369,10 +375,23 @@ class _TaskWriter:
             sequence_id(self.batch_id, start + n - 1)  # the last row must have a sequence id too
         self.rows += n
         send = self._columns(rb, start)
-        for topic, rows in self._by_topic(rb, start):
-            target = self._target(topic)
-            for index, part in self._by_partition(target, send, rows):
-                self._send(self._output(target, index), send, part, start)
+        groups = [
+            (self._output(target, index), part)
+            for topic, rows in self._by_topic(rb, start)
+            for target in (self._target(topic),)
+            for index, part in self._by_partition(target, send, rows)
+        ]
+        if len(groups) == 1:
+            self._send(groups[0][0], send, groups[0][1], start)
+            return
+        # one send per producer, all at once (each waits for its receipts); every one is
+        # waited for before the first failure is raised, so nothing is still sending after it
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="pulsarwire-sink")
+        sends = [self.pool.submit(self._send, out, send, part, start) for out, part in groups]
+        failures = [exc for f in sends if (exc := f.exception()) is not None]
+        if failures:
+            raise failures[0]
 
     def _by_topic(self, rb: pa.RecordBatch, start: int) -> list[tuple[str, _Rows]]:
         """The rows of ``rb`` by target topic (full name, however the rows spell it), in order of
@@ -406,19 +425,18 @@ class _TaskWriter:
         if parts is None or len(parts) == 1:
             return [(0, rows)]
         n = len(parts)
-        keys: list[str | None]
+        count = send.num_rows if rows is None else len(rows)
+        keyless = self.partition_id % n
         if "key" in send.schema.names:
             col = send.column("key")
-            keys = (col if rows is None else col.take(rows)).to_pylist()
+            keys = (col if rows is None else col.take(rows)).dictionary_encode()  # each key hashed once
+            scheme = self.settings.hashing_scheme
+            where = [partition_for_key(k, n, scheme) for k in keys.dictionary.to_pylist()]
+            chosen = pc.take(pa.array(where, pa.int64()), keys.indices).fill_null(keyless)
         else:
-            keys = [None] * (send.num_rows if rows is None else len(rows))
-        scheme = self.settings.hashing_scheme
-        keyless = self.partition_id % n
-        chosen = pa.array(
-            [keyless if k is None else partition_for_key(k, n, scheme) for k in keys], pa.int64()
-        )
+            chosen = pa.array([keyless] * count, pa.int64())
         out: list[tuple[int, _Rows]] = []
-        for index in sorted(set(chosen.to_pylist())):
+        for index in sorted(pc.unique(chosen).to_pylist()):
             picked = pc.indices_nonzero(pc.equal(chosen, index))
             out.append((index, picked if rows is None else rows.take(picked)))
         return out
@@ -533,6 +551,8 @@ class _TaskWriter:
         return PulsarCommitMessage(self.partition_id, self.batch_id, topics)
 
     def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
         if self.client is None:
             return
         try:

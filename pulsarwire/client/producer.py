@@ -20,6 +20,7 @@ sequence ids, in order — with broker deduplication this is exactly-once.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
 import uuid as uuidlib
@@ -428,8 +429,11 @@ class PartitionProducer(Handler):
         chunks). Each entry waits for room in the pending queue (``max_pending_messages``),
         then flushes the open batch of ``send`` and takes the next sequence ids (or those of
         the rows, or from ``first_sequence_id`` on): ids always increase in the order the broker
-        stores. Raises the first failure of an entry (later entries fail with it when the broker
-        refused it, see :meth:`_refused`).
+        stores. Raises the first failure of an entry; later entries fail with it when the broker
+        refused it (see :meth:`_refused`) and are not sent when it failed here (a row too big),
+        so resending the rows from the first one never leaves a gap. With explicit ids, no entry
+        straddles the last id the broker stored for the producer (stored rows go in an entry of
+        their own, which deduplication drops): a rerun of the whole call stores the rest.
         """
         self._check_open()
         n = rows.count
@@ -460,6 +464,13 @@ class PartitionProducer(Handler):
                         break
                     total += sizes[end]
                     end += 1
+                if (
+                    explicit is not None
+                    and explicit[start] <= self.last_sequence_id_published < explicit[end - 1]
+                ):
+                    # the broker judges an entry by its ids as a whole: one that straddles what it
+                    # stored would be dropped whole, so the stored rows go in an entry of their own
+                    end = bisect.bisect_right(explicit, self.last_sequence_id_published, start, end)
             await self._room(end - start)
             self._check_open()
             self.flush_batch()  # what send() batched meanwhile goes first
@@ -489,6 +500,8 @@ class PartitionProducer(Handler):
                 self._send_single(msg)
             else:
                 self._send_entry(rows, start, end, ids, fut)
+            if fut.done():  # failed before it was sent (too big): nothing after it may be stored
+                break
             start = end
         results = await asyncio.gather(*(f for f, _ in waits), return_exceptions=True)
         for r in results:

@@ -279,6 +279,34 @@ def test_bad_rows_are_named_and_nothing_of_their_arrow_batch_is_sent(dedup_broke
         _write_task(no_default, [pa.RecordBatch.from_pylist(rows, schema)], 0, None)
 
 
+def test_a_failed_send_to_one_partition_fails_the_task_after_the_others_are_stored(
+    pulsar_broker_factory: Callable[..., Broker],
+) -> None:
+    """Exactly once on a partitioned topic the task sends to its partitions at once: one
+    partition's failure fails the task naming that partition and the rows, once the other
+    partitions' sends are done (they are stored; a rerun skips them)."""
+    broker = pulsar_broker_factory(max_message_size=64 * 1024)
+    topic = new_topic()
+    broker.create_partitioned_topic(topic, 3)
+    key = {partition_for_key(f"k{i}", 3): f"k{i}" for i in range(20)}  # a key for each partition
+    rows = [{"value": b"v%d" % i, "key": key[i % 3]} for i in range(12)]
+    rows[7] = {"value": b"x" * 100_000, "key": key[1]}  # too big, to partition 1
+    schema = T.StructType([T.StructField("value", T.BinaryType()), T.StructField("key", T.StringType())])
+    options = {"service.url": broker.service_url, "topic": topic, "batchingEnabled": "false"}
+    settings = sink_settings({**options, "producerNamePrefix": "p", "batchId": "0"}, schema, streaming=False)
+    batch = pa.RecordBatch.from_pylist(rows, pa.schema([("value", pa.binary()), ("key", pa.string())]))
+
+    with pytest.raises(
+        SinkError, match=rf"could not be sent \(Spark partition 0\) to {topic}-partition-1: "
+    ) as info:
+        _write_task(settings, [batch], 0, 0)
+    assert "MessageTooBigError" in str(info.value)
+    stored = {p: values(read_topic(broker.service_url, f"{topic}-partition-{p}")) for p in range(3)}
+    assert stored[0] == ["v0", "v3", "v6", "v9"]
+    assert stored[2] == ["v2", "v5", "v8", "v11"]
+    assert stored[1] == ["v1", "v4"]  # up to the refused row
+
+
 def test_dedup_off_is_detected_and_warned(
     spark: Any, pulsar_broker_factory: Callable[..., Broker], caplog: pytest.LogCaptureFixture
 ) -> None:

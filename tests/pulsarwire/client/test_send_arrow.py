@@ -297,6 +297,28 @@ def test_a_refused_entry_fails_the_rest_and_a_rerun_fills_the_hole(
     assert read_all(b.service_url, topic, n) == values
 
 
+def test_a_row_too_big_stops_the_call_and_a_resend_leaves_no_gap(start_broker: Callable[..., Broker]) -> None:
+    """A row refused before it is sent (too big, no chunking) ends the call there: no later row
+    is stored past it, so a resend of the rows from it (made small enough) fills it in order."""
+    b = start_broker(deduplication=True, max_message_size=64 * 1024)
+    topic = new_topic()
+    values = [b"v%d" % i for i in range(30)]
+    values[12] = b"x" * 100_000
+    batch = pa.table({"value": values, "sequence_id": pa.array(range(30), pa.int64())})
+    with Client(b.service_url) as client:
+        for batching in (False, True):
+            producer = client.create_producer(
+                f"{topic}-{batching}", batching_enabled=batching, batching_max_messages=5
+            )
+            with pytest.raises(pulsarwire.MessageTooBigError):
+                producer.send_arrow(batch)
+            assert producer.last_sequence_id() == 11
+            fixed = batch.set_column(0, "value", pa.array([*values[:12], b"small", *values[13:]]))
+            assert producer.send_arrow(fixed).count == 30  # the stored 12 dropped by dedup, counted
+            stored = read_all(b.service_url, f"{topic}-{batching}", 30)
+            assert stored == [*values[:12], b"small", *values[13:]]
+
+
 def test_a_small_pending_queue_paces_the_entries(broker: Broker) -> None:
     topic = new_topic()
     values = payloads(1000)
