@@ -81,13 +81,17 @@ class AckGroup:
         self.batch_sizes: dict[Entry, int] = {}
         #: acks made on other threads, applied on the loop in order
         self.from_threads: deque[tuple[AckKind, MessageId]] = deque()
+        #: True while the loop applies acks from threads: a full group waits for the flush after them
+        self.applying = False
+        #: the loop was told that acks from threads wait and has not applied them yet
+        self.told = False
         self._timer: asyncio.TimerHandle | None = None
 
     # -- recording -------------------------------------------------------------------
     def add(self, entry: Entry, ack_set: AckSet) -> None:
         """Queue an ack of ``entry``; sent within the group time (at once when many wait)."""
         self.pending[entry] = ack_set
-        if len(self.pending) >= MAX_GROUPED:
+        if len(self.pending) >= MAX_GROUPED and not self.applying:
             self._flush()
         else:
             self.schedule()
@@ -98,7 +102,9 @@ class AckGroup:
         acked only records its index (and, with batch-index acks, queues the entry's partial ack)."""
         if mid.batch_index >= 0 and mid.batch_size > 0:
             entry = (mid.ledger_id, mid.entry_id)
-            acked = self.batches.setdefault(entry, set())
+            acked = self.batches.get(entry)
+            if acked is None:
+                acked = self.batches[entry] = set()
             acked.add(mid.batch_index)
             if len(acked) < mid.batch_size:
                 if self.batch_index_ack_enabled:
@@ -123,12 +129,26 @@ class AckGroup:
             self.pending_cumulative = (target, ack_set)
         self.schedule()
 
-    def from_thread(self, kind: AckKind, mid: MessageId) -> None:
-        """Record an ack made on another thread; the loop applies it with :meth:`next_from_thread`."""
-        self.from_threads.append((kind, mid))
+    def from_thread(self, kind: AckKind, mid: MessageId) -> bool:
+        """Record an ack made on another thread (any thread; the loop applies it at the next flush).
 
-    def next_from_thread(self) -> tuple[AckKind, MessageId] | None:
-        return self.from_threads.popleft() if self.from_threads else None
+        True when the loop must be told (the consumer's ``thread_acks_waiting``): when it was not
+        told yet — it then flushes after the group time — and for every full group. The loop clears
+        :attr:`told` before it empties the deque (:meth:`take_from_threads`), and a caller appends
+        before it looks: an ack the loop does not apply was appended after the clear, and its caller
+        sees the flag down and tells the loop again. Two callers may both tell it: harmless."""
+        waiting = self.from_threads
+        waiting.append((kind, mid))
+        if not self.told:
+            self.told = True
+            return True
+        return len(waiting) % MAX_GROUPED == 0
+
+    def take_from_threads(self) -> deque[tuple[AckKind, MessageId]]:
+        """On the loop, before applying the acks from threads: the deque to pop them from (see
+        :meth:`from_thread`; only the loop pops, so whatever it sees there is there)."""
+        self.told = False
+        return self.from_threads
 
     def still_unacked(self, entry: Entry, count: int) -> set[int] | None:
         """Indexes of the ``count`` messages of ``entry`` that no ack waiting here covers; None when

@@ -78,7 +78,7 @@ from pulsarwire.protocol.state import (
     HandlerState,
 )
 
-from .acks import AckGroup, AckKind, refuse_cumulative
+from .acks import MAX_GROUPED, AckGroup, refuse_cumulative
 from .consumer_config import ConsumerConfig, DeadLetterPolicy
 from .creation import Creation, create
 from .flow import PermitBooks
@@ -113,7 +113,6 @@ class PartitionConsumer(Handler):
         self.partition = partition
         self.config = config
         self.queue = queue
-        queue.owners[topic] = self  # its messages can be received (and acked) before Consumer.add
         self.state = HandlerState.UNINITIALIZED
         self.consumer_id = 0
         self.connection: Connection | None = None
@@ -155,6 +154,9 @@ class PartitionConsumer(Handler):
         self._reported: OrderedDict[tuple[int, int], None] = OrderedDict()
         #: uuid of a chunked message given up -> True when its chunks are acked, False: redelivered
         self._given_up: OrderedDict[str, bool] = OrderedDict()
+        #: messages of the entry being unpacked, handed to the queue together (:meth:`_hand_over`)
+        self._arrived: list[Message] = []
+        queue.register(self)  # its messages can be received (and acked) before Consumer.add
 
     async def start(self) -> None:
         """Subscribe for the first time; raises when the consumer cannot be created.
@@ -306,6 +308,8 @@ class PartitionConsumer(Handler):
 
     def _on_message(self, ev: MessageReceived) -> None:
         md = ev.payload.metadata
+        if self.acks.from_threads:  # a redelivery of what was acked on another thread is no news
+            self._apply_thread_acks()
         if self._seeking:  # sent before the broker reset the cursor: it comes again if still wanted
             self.consumed(max(_declared(md), 1))
             return
@@ -342,6 +346,7 @@ class PartitionConsumer(Handler):
             self.consumed(len(done.chunk_ids) - 1)
             self._chunk_ids[_entry(mid)] = done.chunk_ids
             self._deliver(mid, done.metadata, None, done.payload, ev.redelivery_count)
+            self._hand_over()
             return
         try:
             messages = open_entry(md, ev.payload.payload, self._max_uncompressed())
@@ -454,12 +459,21 @@ class PartitionConsumer(Handler):
                 if batch_size
                 else entry_id
             )
-            if (keep is not None and m.batch_index not in keep) or self._skip(mid):
+            if (keep is not None and m.batch_index not in keep) or (
+                self._start is not None and self._skip(mid)
+            ):
                 skipped += 1
                 continue
             self._deliver(mid, md, m.single, m.payload, redelivery_count)
+        self._hand_over()
         if skipped:
             self.consumed(skipped)
+
+    def _hand_over(self) -> None:
+        """Queue the messages :meth:`_deliver` collected (one entry's), waking a waiter once."""
+        if self._arrived:
+            self.queue.put_many(self, self._arrived)
+            self._arrived = []
 
     def _deliver(
         self,
@@ -469,13 +483,14 @@ class PartitionConsumer(Handler):
         payload: bytes,
         redelivery_count: int,
     ) -> None:
-        """One unpacked message: queued as a Message (the bulk reader overrides this to fill columns)."""
+        """One unpacked message: a Message for :meth:`_hand_over` to queue (the bulk reader
+        overrides this to fill columns)."""
         msg = Message(payload, mid, self.topic, md, single, redelivery_count)
         policy = self.config.dead_letter_policy
         if policy is not None and redelivery_count >= policy.max_redeliver_count:
             # As the Java client: still delivered; if it fails once more it goes to the DLQ instead.
             self._dlq_candidates[_key(mid)] = msg
-        self.queue.put(self, msg)
+        self._arrived.append(msg)
 
     async def _dead_letter(self, msg: Message, policy: DeadLetterPolicy) -> None:
         """Store ``msg`` on the dead-letter topic, then acknowledge it here (never the other way round)."""
@@ -496,14 +511,16 @@ class PartitionConsumer(Handler):
         self.acknowledge(msg.message_id())
 
     # -- receive bookkeeping ---------------------------------------------------------
-    def dequeued(self, msg: Message, *, track_position: bool = True) -> None:
-        """``msg`` left the queue: permits, ack timeout (the blocking API tracks the position itself)."""
-        if track_position:
-            self.last_dequeued = msg.message_id()
-        self.consumed(1)
+    def handed_out(self, messages: list[Message]) -> None:
+        """``messages`` were taken out of the queue (the queue settles them on the loop, see
+        :meth:`MessageQueue.settle <pulsarwire.client.receive_queue.MessageQueue.settle>`; the
+        taker already set :attr:`last_dequeued`): permits, ack timeout."""
+        self.consumed(len(messages))
         timeout = self.config.unacked_messages_timeout_ms
         if timeout:
-            self.redelivery.handed_out(_entry(msg.message_id()), time.monotonic() + timeout / 1000)
+            due = time.monotonic() + timeout / 1000
+            for msg in messages:
+                self.redelivery.handed_out(_entry(msg.message_id()), due)
 
     # -- acknowledgements ------------------------------------------------------------
     def _ack_ready(self) -> None:
@@ -512,13 +529,20 @@ class PartitionConsumer(Handler):
 
     def acknowledge(self, mid: MessageId) -> None:
         self._ack_ready()
-        key = _entry(mid)
-        self._dlq_candidates.pop(_key(mid), None)
-        for chunk in self._chunk_ids.pop(key, ()):  # a chunked message: ack every chunk's entry
-            self.acks.add(_entry(chunk), None)
+        self._acknowledge(mid)
+
+    def _acknowledge(self, mid: MessageId) -> None:
+        key = (mid.ledger_id, mid.entry_id)
+        if self._dlq_candidates:
+            self._dlq_candidates.pop(_key(mid), None)
+        if self._chunk_ids:
+            for chunk in self._chunk_ids.pop(key, ()):  # a chunked message: ack every chunk's entry
+                self.acks.add(_entry(chunk), None)
         if not self.acks.entry_done(mid):
             return
-        self.redelivery.acked(key)  # not before: a nacked message of a batch is still to redeliver
+        redelivery = self.redelivery
+        if redelivery.nacks or redelivery.unacked:  # not before: a nacked batch message is still due
+            redelivery.acked(key)
         self.acks.add(key, None)
 
     def acknowledge_cumulative(self, mid: MessageId) -> None:
@@ -529,27 +553,34 @@ class PartitionConsumer(Handler):
             del self._chunk_ids[key]
         self.acks.cumulative(mid)
 
-    def ack_from_thread(self, kind: AckKind, mid: MessageId) -> None:
-        """Record an ack made on another thread (blocking API); it is applied at the next flush or
-        resubscribe, so a reconnect can never overtake it."""
-        self.acks.from_thread(kind, mid)
-
-    def flush_acks_soon(self) -> None:
-        """Apply acks from other threads now and send them with the next grouped flush."""
-        self._apply_thread_acks()
+    def thread_acks_waiting(self) -> None:
+        """Acks made on other threads wait (:meth:`AckGroup.from_thread`, which asked for this call):
+        flushed after the group time, at once when the group time is 0 or a full group waits."""
+        acks = self.acks
+        if acks.group_time_ms <= 0 or len(acks.from_threads) >= MAX_GROUPED:
+            self.flush_acks()
+        else:
+            acks.schedule()
 
     def _apply_thread_acks(self) -> None:
-        while (made := self.acks.next_from_thread()) is not None:
-            kind, mid = made
-            try:
-                if kind == "cumulative":
+        """Apply the acks made on other threads, in order (at a flush, before a resubscribe)."""
+        acks = self.acks
+        waiting = acks.take_from_threads()
+        if not waiting or self.state in (HandlerState.CLOSED, HandlerState.CLOSING):
+            return
+        acks.applying = True  # one ACK for all of them: no flush per full group in between
+        try:
+            individual = self._acknowledge
+            while waiting:
+                kind, mid = waiting.popleft()
+                if kind == "individual":
+                    individual(mid)
+                elif kind == "cumulative":
                     self.acknowledge_cumulative(mid)
-                elif kind == "negative":
-                    self.negative_acknowledge(mid)
                 else:
-                    self.acknowledge(mid)
-            except AlreadyClosedError:
-                return
+                    self.negative_acknowledge(mid)
+        finally:
+            acks.applying = False
 
     def flush_acks(self) -> None:
         self._apply_thread_acks()
@@ -628,6 +659,7 @@ class PartitionConsumer(Handler):
     def redeliver_unacknowledged_messages(self) -> None:
         """Ask the broker to send every unacknowledged message again."""
         self._ack_ready()
+        self._apply_thread_acks()  # what was acked on other threads is not unacknowledged
         if self.config.consumer_type in (SubType.Shared, SubType.Key_Shared):
             keys = sorted(set(self.redelivery.unacked) | set(self.queue.entries_of(self)))
             self.queue.drop(self)
@@ -642,6 +674,8 @@ class PartitionConsumer(Handler):
         """Negative-ack delays and the ack timeout."""
         while self.state not in (HandlerState.CLOSED, HandlerState.FAILED):
             await asyncio.sleep(0.05)
+            self.queue.settle()  # messages taken on other threads start their ack timeout ...
+            self._apply_thread_acks()  # ... and acks made there end it (and cancel negative acks)
             now = time.monotonic()
             due = self.redelivery.due(now)
             if self._chunks.expire(int(time.time() * 1000)):

@@ -1,24 +1,38 @@
-"""Received messages: the value type handed to applications, with the official client's accessors."""
+"""Received messages: the value type handed to applications, with the official client's accessors.
+
+:class:`Message` is a plain class with ``__slots__`` rather than a frozen dataclass: one is made
+per message on the consumer's hot path, and a frozen dataclass's ``__init__`` (one
+``object.__setattr__`` per field) costs four times as much. Its fields are private and it has no
+setters: it is immutable by convention, compared by identity.
+"""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from pulsarwire.codec.batch import as_text
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.proto import pb
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class Message:
     """A received message, with the official client's accessors (made by a consumer or reader)."""
 
-    _data: bytes
-    _id: MessageId
-    _topic: str
-    _metadata: pb.MessageMetadata
-    _single: pb.SingleMessageMetadata | None
-    _redelivery_count: int
+    __slots__ = ("_data", "_id", "_metadata", "_redelivery_count", "_single", "_topic")
+
+    def __init__(
+        self,
+        data: bytes,
+        message_id: MessageId,
+        topic: str,
+        metadata: pb.MessageMetadata,
+        single: pb.SingleMessageMetadata | None,
+        redelivery_count: int,
+    ) -> None:
+        self._data = data
+        self._id = message_id
+        self._topic = topic
+        self._metadata = metadata
+        self._single = single
+        self._redelivery_count = redelivery_count
 
     def data(self) -> bytes:
         """The payload bytes."""

@@ -68,13 +68,16 @@ def test_requeued_acks_merge_with_newer_ones() -> None:
     assert merge_ack_sets(None, [1]) is None
 
 
-def test_acks_from_threads_come_out_in_order() -> None:
+def test_acks_from_threads_come_out_in_order_and_tell_the_loop_once_per_group() -> None:
     acks = group([])
-    acks.from_thread("individual", MessageId(1, 1))
-    acks.from_thread("negative", MessageId(1, 2))
-    assert acks.next_from_thread() == ("individual", MessageId(1, 1))
-    assert acks.next_from_thread() == ("negative", MessageId(1, 2))
-    assert acks.next_from_thread() is None
+    assert acks.from_thread("individual", MessageId(1, 1))  # the first: the loop is told
+    assert not acks.from_thread("negative", MessageId(1, 2))  # told already
+    waiting = acks.take_from_threads()
+    assert list(waiting) == [("individual", MessageId(1, 1)), ("negative", MessageId(1, 2))]
+    waiting.clear()
+    assert acks.from_thread("individual", MessageId(1, 3))  # after the loop took them: told again
+    told = [acks.from_thread("individual", MessageId(2, i)) for i in range(MAX_GROUPED - 1)]
+    assert told[-1] and not any(told[:-1])  # a full group waiting tells the loop again
 
 
 def test_many_acks_are_sent_without_waiting_for_the_group_time() -> None:
