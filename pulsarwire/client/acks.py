@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from pulsarwire.codec.batch import ack_set_for, unacked_indexes
@@ -96,24 +96,39 @@ class AckGroup:
         else:
             self.schedule()
 
-    def entry_done(self, mid: MessageId) -> bool:
-        """Note an individual ack of ``mid``; True when its whole entry is now acknowledged (the
-        caller then queues the entry's ack with :meth:`add`). A message of a batch not yet wholly
-        acked only records its index (and, with batch-index acks, queues the entry's partial ack)."""
-        if mid.batch_index >= 0 and mid.batch_size > 0:
-            entry = (mid.ledger_id, mid.entry_id)
-            acked = self.batches.get(entry)
-            if acked is None:
-                acked = self.batches[entry] = set()
+    def entries_done(self, mids: Iterable[MessageId]) -> list[Entry]:
+        """Note individual acks of ``mids``, in order; the entries now wholly acknowledged (the
+        caller then queues their acks with :meth:`add`). A message of a batch not yet wholly acked
+        only records its index (and, with batch-index acks, queues the entry's partial ack).
+
+        Acks come in runs of one batch (every message received is acked): the batch of the
+        previous ack is looked up once for the run."""
+        done: list[Entry] = []
+        batches = self.batches
+        entry: Entry | None = None
+        acked: set[int] = set()
+        for mid in mids:
+            size = mid.batch_size
+            if mid.batch_index < 0 or size <= 0:
+                done.append((mid.ledger_id, mid.entry_id))
+                continue
+            if entry is None or mid.entry_id != entry[1] or mid.ledger_id != entry[0]:
+                entry = (mid.ledger_id, mid.entry_id)
+                found = batches.get(entry)
+                if found is None:
+                    found = batches[entry] = set()
+                acked = found
             acked.add(mid.batch_index)
-            if len(acked) < mid.batch_size:
+            if len(acked) < size:
                 if self.batch_index_ack_enabled:
-                    self.batch_sizes[entry] = mid.batch_size
+                    self.batch_sizes[entry] = size
                     self.add(entry, [])  # the ack_set is computed once, when acks are flushed
-                return False
-            del self.batches[entry]
+                continue
+            del batches[entry]
             self.batch_sizes.pop(entry, None)
-        return True
+            done.append(entry)
+            entry = None
+        return done
 
     def cumulative(self, mid: MessageId) -> None:
         """Queue a cumulative ack up to ``mid`` (kept only when it goes further than the one waiting)."""

@@ -483,12 +483,17 @@ class _ColumnReader(PartitionConsumer):
         return 1  # the row's permit comes back when the rows are handed out
 
     def _deliver(
+        self, md: pb.MessageMetadata, kept: list[tuple[MessageId, EntryMessage]], redelivery_count: int
+    ) -> None:
+        for mid, m in kept:
+            self._add_row(mid, md, m.single, m.payload)
+
+    def _add_row(
         self,
         mid: MessageId,
         md: pb.MessageMetadata,
         single: pb.SingleMessageMetadata | None,
         payload: bytes,
-        redelivery_count: int,
     ) -> None:
         if self.finished or _past(mid, self.end):
             self.finished = True

@@ -154,8 +154,6 @@ class PartitionConsumer(Handler):
         self._reported: OrderedDict[tuple[int, int], None] = OrderedDict()
         #: uuid of a chunked message given up -> True when its chunks are acked, False: redelivered
         self._given_up: OrderedDict[str, bool] = OrderedDict()
-        #: messages of the entry being unpacked, handed to the queue together (:meth:`_hand_over`)
-        self._arrived: list[Message] = []
         queue.register(self)  # its messages can be received (and acked) before Consumer.add
 
     async def start(self) -> None:
@@ -345,8 +343,7 @@ class PartitionConsumer(Handler):
             mid = MessageId(base.ledger_id, base.entry_id, self.partition, first_chunk_message_id=first)
             self.consumed(len(done.chunk_ids) - 1)
             self._chunk_ids[_entry(mid)] = done.chunk_ids
-            self._deliver(mid, done.metadata, None, done.payload, ev.redelivery_count)
-            self._hand_over()
+            self._deliver(done.metadata, [(mid, EntryMessage(-1, None, done.payload))], ev.redelivery_count)
             return
         try:
             messages = open_entry(md, ev.payload.payload, self._max_uncompressed())
@@ -451,46 +448,37 @@ class PartitionConsumer(Handler):
         redelivery_count: int,
     ) -> None:
         """The messages of one entry, minus acked indexes and those before the start position."""
-        skipped = 0
-        entry_id = MessageId(base.ledger_id, base.entry_id, self.partition)
-        for m in messages:
-            mid = (
-                MessageId(base.ledger_id, base.entry_id, self.partition, m.batch_index, batch_size)
-                if batch_size
-                else entry_id
-            )
-            if (keep is not None and m.batch_index not in keep) or (
-                self._start is not None and self._skip(mid)
-            ):
-                skipped += 1
-                continue
-            self._deliver(mid, md, m.single, m.payload, redelivery_count)
-        self._hand_over()
+        ledger, entry, partition = base.ledger_id, base.entry_id, self.partition
+        if batch_size:  # one comprehension per entry: this runs for every message received
+            kept = [
+                (MessageId(ledger, entry, partition, m.batch_index, batch_size), m)
+                for m in messages
+                if keep is None or m.batch_index in keep
+            ]
+        else:
+            entry_id = MessageId(ledger, entry, partition)
+            kept = [(entry_id, m) for m in messages if keep is None or m.batch_index in keep]
+        if self._start is not None:  # in order: the first one past the start ends the filtering
+            kept = [(mid, m) for mid, m in kept if not self._skip(mid)]
+        skipped = len(messages) - len(kept)
+        if kept:
+            self._deliver(md, kept, redelivery_count)
         if skipped:
             self.consumed(skipped)
 
-    def _hand_over(self) -> None:
-        """Queue the messages :meth:`_deliver` collected (one entry's), waking a waiter once."""
-        if self._arrived:
-            self.queue.put_many(self, self._arrived)
-            self._arrived = []
-
     def _deliver(
-        self,
-        mid: MessageId,
-        md: pb.MessageMetadata,
-        single: pb.SingleMessageMetadata | None,
-        payload: bytes,
-        redelivery_count: int,
+        self, md: pb.MessageMetadata, kept: list[tuple[MessageId, EntryMessage]], redelivery_count: int
     ) -> None:
-        """One unpacked message: a Message for :meth:`_hand_over` to queue (the bulk reader
-        overrides this to fill columns)."""
-        msg = Message(payload, mid, self.topic, md, single, redelivery_count)
+        """Unpacked messages of one entry (or one chunked message), in order: queued as Messages
+        together, a waiter woken once (the bulk reader overrides this to fill columns)."""
+        topic = self.topic
+        msgs = [Message(m.payload, mid, topic, md, m.single, redelivery_count) for mid, m in kept]
         policy = self.config.dead_letter_policy
         if policy is not None and redelivery_count >= policy.max_redeliver_count:
             # As the Java client: still delivered; if it fails once more it goes to the DLQ instead.
-            self._dlq_candidates[_key(mid)] = msg
-        self._arrived.append(msg)
+            for msg in msgs:
+                self._dlq_candidates[_key(msg.message_id())] = msg
+        self.queue.put_many(self, msgs)
 
     async def _dead_letter(self, msg: Message, policy: DeadLetterPolicy) -> None:
         """Store ``msg`` on the dead-letter topic, then acknowledge it here (never the other way round)."""
@@ -529,21 +517,21 @@ class PartitionConsumer(Handler):
 
     def acknowledge(self, mid: MessageId) -> None:
         self._ack_ready()
-        self._acknowledge(mid)
+        self._acknowledge([mid])
 
-    def _acknowledge(self, mid: MessageId) -> None:
-        key = (mid.ledger_id, mid.entry_id)
-        if self._dlq_candidates:
-            self._dlq_candidates.pop(_key(mid), None)
-        if self._chunk_ids:
-            for chunk in self._chunk_ids.pop(key, ()):  # a chunked message: ack every chunk's entry
-                self.acks.add(_entry(chunk), None)
-        if not self.acks.entry_done(mid):
-            return
+    def _acknowledge(self, mids: list[MessageId]) -> None:
+        """Individual acks, in order (one call for a run of them: this runs for every message)."""
+        acks = self.acks
+        if self._dlq_candidates or self._chunk_ids:
+            for mid in mids:
+                self._dlq_candidates.pop(_key(mid), None)
+                for chunk in self._chunk_ids.pop(_entry(mid), ()):  # a chunked message: every chunk
+                    acks.add(_entry(chunk), None)
         redelivery = self.redelivery
-        if redelivery.nacks or redelivery.unacked:  # not before: a nacked batch message is still due
-            redelivery.acked(key)
-        self.acks.add(key, None)
+        for key in acks.entries_done(mids):
+            if redelivery.nacks or redelivery.unacked:  # not before: a nacked batch message is due
+                redelivery.acked(key)
+            acks.add(key, None)
 
     def acknowledge_cumulative(self, mid: MessageId) -> None:
         self._ack_ready()
@@ -570,15 +558,21 @@ class PartitionConsumer(Handler):
             return
         acks.applying = True  # one ACK for all of them: no flush per full group in between
         try:
-            individual = self._acknowledge
-            while waiting:
+            run: list[MessageId] = []  # individual acks in a row, applied together
+            for _ in range(len(waiting)):  # only the loop pops: that many are there
                 kind, mid = waiting.popleft()
                 if kind == "individual":
-                    individual(mid)
-                elif kind == "cumulative":
+                    run.append(mid)
+                    continue
+                if run:
+                    self._acknowledge(run)
+                    run = []
+                if kind == "cumulative":
                     self.acknowledge_cumulative(mid)
                 else:
                     self.negative_acknowledge(mid)
+            if run:
+                self._acknowledge(run)
         finally:
             acks.applying = False
 

@@ -29,19 +29,30 @@ def test_a_batch_is_acked_whole_once_every_index_is() -> None:
     flushes: list[int] = []
     acks = group(flushes)
     first, second = MessageId(3, 7, -1, 0, 2), MessageId(3, 7, -1, 1, 2)
-    assert not acks.entry_done(first)
+    assert acks.entries_done([first]) == []
     assert acks.pending == {(3, 7): []}  # partly acked: its ack_set is made when sent
     assert acks.still_unacked((3, 7), 2) == {1}
     cmd = acks.individual_command(consumer_id=5)
     (sent,) = cmd.ack.message_id
     assert (sent.ledgerId, sent.entryId, list(unacked_indexes(list(sent.ack_set), 2))) == (3, 7, [1])
-    assert acks.entry_done(second)
+    assert acks.entries_done([second]) == [(3, 7)]
     assert (3, 7) not in acks.batches and flushes  # group time 0: flushed at once
+
+
+def test_runs_of_acks_complete_each_batch_once() -> None:
+    acks = group([], batch_index_ack_enabled=False)
+    run = [MessageId(1, e, -1, i, 3) for e in (4, 5) for i in (0, 1)]
+    run.insert(2, MessageId(1, 9))  # a message that is a whole entry between the batches
+    assert acks.entries_done(run) == [(1, 9)]
+    assert acks.batches == {(1, 4): {0, 1}, (1, 5): {0, 1}}
+    again = [MessageId(1, 5, -1, 1, 3), MessageId(1, 5, -1, 2, 3), MessageId(1, 4, -1, 2, 3)]
+    assert acks.entries_done(again) == [(1, 5), (1, 4)]  # a repeated index counts once
+    assert acks.batches == {}
 
 
 def test_without_batch_index_acks_a_partial_batch_waits() -> None:
     acks = group([], batch_index_ack_enabled=False)
-    assert not acks.entry_done(MessageId(3, 7, -1, 0, 2))
+    assert acks.entries_done([MessageId(3, 7, -1, 0, 2)]) == []
     assert acks.pending == {}
     assert acks.still_unacked((3, 7), 2) is None
 
