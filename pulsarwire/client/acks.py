@@ -105,6 +105,7 @@ class AckGroup:
         previous ack is looked up once for the run."""
         done: list[Entry] = []
         batches = self.batches
+        pending = self.pending
         entry: Entry | None = None
         acked: set[int] = set()
         for mid in mids:
@@ -121,8 +122,10 @@ class AckGroup:
             acked.add(mid.batch_index)
             if len(acked) < size:
                 if self.batch_index_ack_enabled:
-                    self.batch_sizes[entry] = size
-                    self.add(entry, [])  # the ack_set is computed once, when acks are flushed
+                    waiting = pending.get(entry)
+                    if waiting is None or waiting:  # not waiting as a partly acked batch yet
+                        self.batch_sizes[entry] = size
+                        self.add(entry, [])  # the ack_set is computed once, when acks are flushed
                 continue
             del batches[entry]
             self.batch_sizes.pop(entry, None)
