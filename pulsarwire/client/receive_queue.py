@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 #: one queued message: [owner, message, live] (live turns False when dropped)
 Item = list[Any]
+_owner = itemgetter(0)
+_message = itemgetter(1)
 
 
 class MessageQueue:
@@ -121,21 +124,16 @@ class MessageQueue:
         taken = self._taken
         if not taken:
             return
-        first: PartitionConsumer | None = None
-        mine: list[Message] = []
-        others: dict[PartitionConsumer, list[Message]] = {}
-        for _ in range(len(taken)):  # only the loop pops: len() items are there
-            owner, msg, _live = taken.popleft()
-            if owner is first:
-                mine.append(msg)
-            elif first is None:
-                first = owner
-                mine.append(msg)
-            else:
-                others.setdefault(owner, []).append(msg)
-        if first is not None:
-            first.handed_out(mine)
-        for owner, msgs in others.items():
+        pop = taken.popleft
+        items = [pop() for _ in range(len(taken))]  # only the loop pops: len() items are there
+        owners = set(map(_owner, items))
+        if len(owners) == 1:  # the usual case: one topic-partition
+            owners.pop().handed_out(list(map(_message, items)))
+            return
+        by_owner: dict[PartitionConsumer, list[Message]] = {}
+        for owner, msg, _live in items:
+            by_owner.setdefault(owner, []).append(msg)
+        for owner, msgs in by_owner.items():
             owner.handed_out(msgs)
 
     # -- the takers' side (any thread) ---------------------------------------------------
