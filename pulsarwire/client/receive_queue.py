@@ -5,21 +5,22 @@ partitions of a partitioned topic, a topic list, a regex subscription). It is fi
 client's event loop, an entry's messages at a time (:meth:`MessageQueue.put_many`), and emptied
 either on the loop (asyncio API) or on any number of caller threads at once (blocking API).
 
-Taking a message is lock-free: each message waits as a small list ``[owner, message, live]`` in a
-deque, and ``deque.popleft`` hands every one to exactly one taker, whatever the thread. The loop
-is not told per message: a taker appends what it took to a second deque, the *taken* log, and
-the loop settles that log in one go (:meth:`MessageQueue.settle`: permits, the ack timeout, via
-:meth:`PartitionConsumer.handed_out <pulsarwire.client.consumer.PartitionConsumer.handed_out>`)
-— when half a receiver queue was taken (a taker then wakes the loop, once), when a taker finds
-the queue empty and is about to wait, and on every partition consumer's timer tick (so the ack
-timeout of a message starts at most a tick late). Permits therefore go back as soon as they
-would have one message at a time, and never leak: every message is either settled as taken or
-counted by :meth:`~MessageQueue.drop`.
+Taking a message is lock-free: the messages wait in a deque, and ``deque.popleft`` hands every
+one to exactly one taker, whatever the thread. The loop is not told per message: a taker appends
+what it took to a second deque, the *taken* log, and the loop settles that log in one go
+(:meth:`MessageQueue.settle`: permits, the ack timeout, via :meth:`PartitionConsumer.handed_out
+<pulsarwire.client.consumer.PartitionConsumer.handed_out>` of the message's topic) — when half a
+receiver queue was taken (a taker then wakes the loop, once), when a taker finds the queue empty
+and is about to wait, and on every partition consumer's timer tick (so the ack timeout of a
+message starts at most a tick late). Permits therefore go back as soon as they would have one
+message at a time, and never leak: every message is either settled as taken or counted by
+:meth:`~MessageQueue.drop`.
 
 A reconnect or a seek drops the messages of one partition consumer without taking them out:
-:meth:`~MessageQueue.drop` marks them dead (``live`` False) on the loop, and a taker that pops a
-dead one throws it away. A message a taker popped just before the mark is handed out, as if
-taken before the drop; the drop may then count it too (one permit granted early, never one lost).
+:meth:`~MessageQueue.drop` puts them in the *dead* set on the loop, and a taker that pops one of
+those throws it away (and takes it out of the set). A message a taker popped just before the drop
+is handed out, as if taken before the drop; the drop may then count it too (one permit granted
+early, never one lost) and the settle that sees it taken takes it out of the dead set.
 
 Waiting: a caller thread waits on :attr:`MessageQueue.ready` (a ``threading.Condition``) after
 declaring itself a waiter; the loop notifies only when someone waits, so handing over costs no
@@ -32,26 +33,21 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .consumer import PartitionConsumer
     from .message import Message
 
-#: one queued message: [owner, message, live] (live turns False when dropped)
-Item = list[Any]
-_owner = itemgetter(0)
-_message = itemgetter(1)
-
-
 class MessageQueue:
     """The receive queue: bounded by the consumers' permits, shared by the partitions of one consumer."""
 
     def __init__(self) -> None:
-        self._items: deque[Item] = deque()
-        #: items taken and not yet settled by the loop (appended by takers, emptied by settle)
-        self._taken: deque[Item] = deque()
+        self._items: deque[Message] = deque()
+        #: messages taken and not yet settled by the loop (appended by takers, emptied by settle)
+        self._taken: deque[Message] = deque()
+        #: dropped messages still in the deque (a taker throws them away)
+        self._dead: set[Message] = set()
         self._changed = asyncio.Event()
         self.ready = threading.Condition()
         self._waiting = 0  # caller threads waiting on ready (changed under its lock)
@@ -70,7 +66,8 @@ class MessageQueue:
 
     def __len__(self) -> int:
         """Messages queued (not the dropped ones a taker has yet to throw away)."""
-        return sum(1 for i in list(self._items) if i[2])
+        dead = self._dead
+        return sum(1 for m in list(self._items) if m not in dead)
 
     # -- the loop's side ---------------------------------------------------------------
     def _notify(self) -> None:
@@ -84,7 +81,7 @@ class MessageQueue:
         """Queue ``messages`` (an entry's, in order) of ``owner``; waiters are woken once."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        self._items.extend([[owner, m, True] for m in messages])
+        self._items.extend(messages)
         self._notify()
 
     def put_error(self, error: BaseException) -> None:
@@ -99,24 +96,24 @@ class MessageQueue:
         with self.ready:
             self.ready.notify_all()
 
+    def _queued_of(self, owner: PartitionConsumer) -> list[Message]:
+        dead = self._dead
+        return [m for m in list(self._items) if m._topic == owner.topic and m not in dead]
+
     def holds(self, owner: PartitionConsumer) -> bool:
-        return any(i[0] is owner and i[2] for i in list(self._items))
+        return bool(self._queued_of(owner))
 
     def entries_of(self, owner: PartitionConsumer) -> list[tuple[int, int]]:
-        ids = [i[1].message_id() for i in list(self._items) if i[0] is owner and i[2]]
-        return [(m.ledger_id, m.entry_id) for m in ids]
+        return [(m._id.ledger_id, m._id.entry_id) for m in self._queued_of(owner)]
 
     def drop(self, owner: PartitionConsumer) -> int:
         """Drop every message of ``owner`` still queued (reconnect, seek); returns how many.
 
         Settles what was taken so far first, so each message is counted once: as taken or dropped."""
         self.settle()
-        dropped = 0
-        for item in list(self._items):  # list(): one step, the takers cannot change it meanwhile
-            if item[0] is owner and item[2]:
-                item[2] = False
-                dropped += 1
-        return dropped
+        mine = self._queued_of(owner)  # list(): one step, the takers cannot change it meanwhile
+        self._dead.update(mine)
+        return len(mine)
 
     def settle(self) -> None:
         """Tell each owner which of its messages were taken since the last settle (on the loop)."""
@@ -125,16 +122,19 @@ class MessageQueue:
         if not taken:
             return
         pop = taken.popleft
-        items = [pop() for _ in range(len(taken))]  # only the loop pops: len() items are there
-        owners = set(map(_owner, items))
+        msgs = [pop() for _ in range(len(taken))]  # only the loop pops: len() messages are there
+        if self._dead:  # handed out while being dropped: counted as dropped, not dead any more
+            self._dead.difference_update(msgs)
+        owners = self.owners
         if len(owners) == 1:  # the usual case: one topic-partition
-            owners.pop().handed_out(list(map(_message, items)))
+            for owner in owners.values():
+                owner.handed_out(msgs)
             return
-        by_owner: dict[PartitionConsumer, list[Message]] = {}
-        for owner, msg, _live in items:
-            by_owner.setdefault(owner, []).append(msg)
-        for owner, msgs in by_owner.items():
-            owner.handed_out(msgs)
+        by_topic: dict[str, list[Message]] = {}
+        for msg in msgs:
+            by_topic.setdefault(msg._topic, []).append(msg)
+        for topic, mine in by_topic.items():
+            owners[topic].handed_out(mine)
 
     # -- the takers' side (any thread) ---------------------------------------------------
     def _ask_settle(self) -> None:
@@ -146,22 +146,23 @@ class MessageQueue:
     def take(self) -> Message | None:
         """The next live message (lock-free; each message goes to exactly one taker), or None."""
         items = self._items
+        dead = self._dead
         while True:
             try:
-                item = items.popleft()
+                msg = items.popleft()
             except IndexError:
                 self._changed.clear()
                 if self._taken:  # nothing left to take: the loop settles what was taken
                     self._ask_settle()
                 return None
-            if item[2]:
+            if not dead or msg not in dead:
                 break
+            dead.discard(msg)
         taken = self._taken
-        taken.append(item)
+        taken.append(msg)
         if len(taken) >= self._settle_at and not self._settle_asked:
             self._ask_settle()
-        msg: Message = item[1]
-        item[0].last_dequeued = msg._id  # now: a resubscribe must start after it
+        self.owners[msg._topic].last_dequeued = msg._id  # now: a resubscribe must start after it
         return msg
 
     def take_many(self, limit: int, max_bytes: int) -> tuple[list[Message], int]:
@@ -170,21 +171,25 @@ class MessageQueue:
         out: list[Message] = []
         size = 0
         items = self._items
-        taken = self._taken
+        dead = self._dead
         while len(out) < limit and size < max_bytes:
             try:
-                item = items.popleft()
+                msg = items.popleft()
             except IndexError:
                 self._changed.clear()
                 break
-            if item[2]:
-                taken.append(item)
-                msg: Message = item[1]
-                item[0].last_dequeued = msg._id
-                out.append(msg)
-                size += len(msg._data)
-        if taken and (len(taken) >= self._settle_at or not items):
-            self._ask_settle()
+            if dead and msg in dead:
+                dead.discard(msg)
+                continue
+            out.append(msg)
+            size += len(msg._data)
+        if out:
+            self._taken.extend(out)
+            owners = self.owners
+            for msg in out if len(owners) > 1 else out[-1:]:
+                owners[msg._topic].last_dequeued = msg._id
+            if len(self._taken) >= self._settle_at or not items:
+                self._ask_settle()
         return out, size
 
     def wait_ready(self, timeout: float, *, stop: bool) -> None:
