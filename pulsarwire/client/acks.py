@@ -33,6 +33,8 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import InvalidConfigurationError
 from pulsarwire.proto import pb
 
+from .message import Position
+
 T = pb.BaseCommand
 SubType = pb.CommandSubscribe.SubType
 #: this many entries waiting are sent without waiting for the group time
@@ -41,6 +43,8 @@ MAX_GROUPED = 1000
 AckKind = Literal["individual", "cumulative", "negative"]
 #: an entry's (ledger_id, entry_id)
 Entry = tuple[int, int]
+#: an ack made on another thread: individual ones by position, the others by id
+ThreadAck = tuple[AckKind, Position | MessageId]
 #: a batch's acked indexes as Pulsar's ack_set (bit set = unacked); None: the whole entry
 AckSet = list[int] | None
 
@@ -80,7 +84,7 @@ class AckGroup:
         self.batches: dict[Entry, set[int]] = {}
         self.batch_sizes: dict[Entry, int] = {}
         #: acks made on other threads, applied on the loop in order
-        self.from_threads: deque[tuple[AckKind, MessageId]] = deque()
+        self.from_threads: deque[ThreadAck] = deque()
         #: True while the loop applies acks from threads: a full group waits for the flush after them
         self.applying = False
         #: the loop was told that acks from threads wait and has not applied them yet
@@ -96,10 +100,11 @@ class AckGroup:
         else:
             self.schedule()
 
-    def entries_done(self, mids: Iterable[MessageId]) -> list[Entry]:
-        """Note individual acks of ``mids``, in order; the entries now wholly acknowledged (the
-        caller then queues their acks with :meth:`add`). A message of a batch not yet wholly acked
-        only records its index (and, with batch-index acks, queues the entry's partial ack).
+    def entries_done(self, positions: Iterable[Position]) -> list[Entry]:
+        """Note individual acks of the messages at ``positions``, in order; the entries now wholly
+        acknowledged (the caller then queues their acks with :meth:`add`). A message of a batch not
+        yet wholly acked only records its index (and, with batch-index acks, queues the entry's
+        partial ack).
 
         Acks come in runs of one batch (every message received is acked): the batch of the
         previous ack is looked up once for the run."""
@@ -108,18 +113,17 @@ class AckGroup:
         pending = self.pending
         entry: Entry | None = None
         acked: set[int] = set()
-        for mid in mids:
-            size = mid.batch_size
-            if mid.batch_index < 0 or size <= 0:
-                done.append((mid.ledger_id, mid.entry_id))
+        for ledger, entry_id, _partition, index, size in positions:
+            if index < 0 or size <= 0:
+                done.append((ledger, entry_id))
                 continue
-            if entry is None or mid.entry_id != entry[1] or mid.ledger_id != entry[0]:
-                entry = (mid.ledger_id, mid.entry_id)
+            if entry is None or entry_id != entry[1] or ledger != entry[0]:
+                entry = (ledger, entry_id)
                 found = batches.get(entry)
                 if found is None:
                     found = batches[entry] = set()
                 acked = found
-            acked.add(mid.batch_index)
+            acked.add(index)
             if len(acked) < size:
                 if self.batch_index_ack_enabled:
                     waiting = pending.get(entry)
@@ -147,8 +151,9 @@ class AckGroup:
             self.pending_cumulative = (target, ack_set)
         self.schedule()
 
-    def from_thread(self, kind: AckKind, mid: MessageId) -> bool:
-        """Record an ack made on another thread (any thread; the loop applies it at the next flush).
+    def from_thread(self, kind: AckKind, target: Position | MessageId) -> bool:
+        """Record an ack made on another thread (any thread; the loop applies it at the next flush):
+        an individual one by the message's position, the others by its id.
 
         True when the loop must be told (the consumer's ``thread_acks_waiting``): when it was not
         told yet — it then flushes after the group time — and for every full group. The loop clears
@@ -156,13 +161,13 @@ class AckGroup:
         before it looks: an ack the loop does not apply was appended after the clear, and its caller
         sees the flag down and tells the loop again. Two callers may both tell it: harmless."""
         waiting = self.from_threads
-        waiting.append((kind, mid))
+        waiting.append((kind, target))
         if not self.told:
             self.told = True
             return True
         return len(waiting) % MAX_GROUPED == 0
 
-    def take_from_threads(self) -> deque[tuple[AckKind, MessageId]]:
+    def take_from_threads(self) -> deque[ThreadAck]:
         """On the loop, before applying the acks from threads: the deque to pop them from (see
         :meth:`from_thread`; only the loop pops, so whatever it sees there is there)."""
         self.told = False

@@ -46,7 +46,7 @@ from .auth import Authentication
 from .bulk import read_arrow
 from .consumer_config import DeadLetterPolicy, KeySharedPolicy
 from .core import AsyncClient
-from .message import Message
+from .message import Message, Position, position_of
 from .multi_topic import Consumer as AsyncConsumer
 from .producer import Producer as AsyncProducer
 from .producer import SendArrowResult
@@ -1148,8 +1148,12 @@ class Consumer(_Receiving):
         core = self._core
         if core.closed or self._client._stopped:
             raise AlreadyClosedError("consumer is closed")
-        owner, mid = core.owner_of(message)
-        if owner.acks.from_thread(kind, mid):
+        owner = core.owner_of(message)
+        if kind != "individual":
+            target: Position | MessageId = message.message_id() if isinstance(message, Message) else message
+        else:  # by position: a Message need not make its MessageId
+            target = message._pos if isinstance(message, Message) else position_of(message)
+        if owner.acks.from_thread(kind, target):
             self._client._loop.call_soon_threadsafe(owner.thread_acks_waiting)
 
     def acknowledge(self, message: Message | MessageId) -> None:

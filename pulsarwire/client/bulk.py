@@ -49,6 +49,7 @@ from pulsarwire.protocol.connection import MessageReceived
 
 from .consumer import PartitionConsumer
 from .consumer_config import ConsumerConfig
+from .message import Position
 from .receive_queue import MessageQueue
 
 if TYPE_CHECKING:
@@ -483,10 +484,15 @@ class _ColumnReader(PartitionConsumer):
         return 1  # the row's permit comes back when the rows are handed out
 
     def _deliver(
-        self, md: pb.MessageMetadata, kept: list[tuple[MessageId, EntryMessage]], redelivery_count: int
+        self,
+        md: pb.MessageMetadata,
+        kept: list[tuple[Position, EntryMessage]],
+        redelivery_count: int,
+        *,
+        chunked: MessageId | None = None,
     ) -> None:
-        for mid, m in kept:
-            self._add_row(mid, md, m.single, m.payload)
+        for pos, m in kept:
+            self._add_row(chunked or MessageId(*pos), md, m.single, m.payload)
 
     def _add_row(
         self,

@@ -83,7 +83,7 @@ from .consumer_config import ConsumerConfig, DeadLetterPolicy
 from .creation import Creation, create
 from .flow import PermitBooks
 from .handler import Handler
-from .message import Message
+from .message import Message, Position, position_of
 from .redelivery import RedeliveryTimers
 
 if TYPE_CHECKING:
@@ -125,7 +125,9 @@ class PartitionConsumer(Handler):
         self.active = True
         self._start = config.start_message_id
         self._start_inclusive = config.start_message_id_inclusive
-        self.last_dequeued: MessageId | None = None
+        self._last_dequeued: MessageId | None = None
+        #: the last message taken from the queue, set by the taker (its id made when asked for)
+        self.last_taken: Message | None = None
         self._dlq: DeadLetterProducer | None = None  # created on first use
         self._dlq_candidates: dict[tuple[int, int, int], Message] = {}
         #: acks waiting to be sent
@@ -343,7 +345,8 @@ class PartitionConsumer(Handler):
             mid = MessageId(base.ledger_id, base.entry_id, self.partition, first_chunk_message_id=first)
             self.consumed(len(done.chunk_ids) - 1)
             self._chunk_ids[_entry(mid)] = done.chunk_ids
-            self._deliver(done.metadata, [(mid, EntryMessage(-1, None, done.payload))], ev.redelivery_count)
+            whole = [(position_of(mid), EntryMessage(-1, None, done.payload))]
+            self._deliver(done.metadata, whole, ev.redelivery_count, chunked=mid)
             return
         try:
             messages = open_entry(md, ev.payload.payload, self._max_uncompressed())
@@ -451,15 +454,15 @@ class PartitionConsumer(Handler):
         ledger, entry, partition = base.ledger_id, base.entry_id, self.partition
         if batch_size:  # one comprehension per entry: this runs for every message received
             kept = [
-                (MessageId(ledger, entry, partition, m.batch_index, batch_size), m)
+                ((ledger, entry, partition, m.batch_index, batch_size), m)
                 for m in messages
                 if keep is None or m.batch_index in keep
             ]
         else:
-            entry_id = MessageId(ledger, entry, partition)
-            kept = [(entry_id, m) for m in messages if keep is None or m.batch_index in keep]
+            whole: Position = (ledger, entry, partition, -1, 0)
+            kept = [(whole, m) for m in messages if keep is None or m.batch_index in keep]
         if self._start is not None:  # in order: the first one past the start ends the filtering
-            kept = [(mid, m) for mid, m in kept if not self._skip(mid)]
+            kept = [(pos, m) for pos, m in kept if not self._skip(MessageId(*pos))]
         skipped = len(messages) - len(kept)
         if kept:
             self._deliver(md, kept, redelivery_count)
@@ -467,12 +470,18 @@ class PartitionConsumer(Handler):
             self.consumed(skipped)
 
     def _deliver(
-        self, md: pb.MessageMetadata, kept: list[tuple[MessageId, EntryMessage]], redelivery_count: int
+        self,
+        md: pb.MessageMetadata,
+        kept: list[tuple[Position, EntryMessage]],
+        redelivery_count: int,
+        *,
+        chunked: MessageId | None = None,
     ) -> None:
-        """Unpacked messages of one entry (or one chunked message), in order: queued as Messages
-        together, a waiter woken once (the bulk reader overrides this to fill columns)."""
+        """Unpacked messages of one entry, in order, or the one message ``chunked`` (its id names the
+        first chunk too): queued as Messages together, a waiter woken once (the bulk reader
+        overrides this to fill columns)."""
         topic = self.topic
-        msgs = [Message(m.payload, mid, topic, md, m.single, redelivery_count) for mid, m in kept]
+        msgs = [Message(m.payload, pos, topic, md, m.single, redelivery_count, chunked) for pos, m in kept]
         policy = self.config.dead_letter_policy
         if policy is not None and redelivery_count >= policy.max_redeliver_count:
             # As the Java client: still delivered; if it fails once more it goes to the DLQ instead.
@@ -499,16 +508,28 @@ class PartitionConsumer(Handler):
         self.acknowledge(msg.message_id())
 
     # -- receive bookkeeping ---------------------------------------------------------
+    @property
+    def last_dequeued(self) -> MessageId | None:
+        """The last message handed out (a resubscribe of a reader starts after it): the one a taker
+        took last (:attr:`last_taken`), unless set since."""
+        taken = self.last_taken
+        return taken.message_id() if taken is not None else self._last_dequeued
+
+    @last_dequeued.setter
+    def last_dequeued(self, mid: MessageId | None) -> None:
+        self._last_dequeued = mid
+        self.last_taken = None
+
     def handed_out(self, messages: list[Message]) -> None:
         """``messages`` were taken out of the queue (the queue settles them on the loop, see
         :meth:`MessageQueue.settle <pulsarwire.client.receive_queue.MessageQueue.settle>`; the
-        taker already set :attr:`last_dequeued`): permits, ack timeout."""
+        taker already set :attr:`last_taken`): permits, ack timeout."""
         self.consumed(len(messages))
         timeout = self.config.unacked_messages_timeout_ms
         if timeout:
             due = time.monotonic() + timeout / 1000
             for msg in messages:
-                self.redelivery.handed_out(_entry(msg.message_id()), due)
+                self.redelivery.handed_out(msg._pos[:2], due)
 
     # -- acknowledgements ------------------------------------------------------------
     def _ack_ready(self) -> None:
@@ -517,18 +538,18 @@ class PartitionConsumer(Handler):
 
     def acknowledge(self, mid: MessageId) -> None:
         self._ack_ready()
-        self._acknowledge([mid])
+        self._acknowledge([position_of(mid)])
 
-    def _acknowledge(self, mids: list[MessageId]) -> None:
+    def _acknowledge(self, positions: list[Position]) -> None:
         """Individual acks, in order (one call for a run of them: this runs for every message)."""
         acks = self.acks
         if self._dlq_candidates or self._chunk_ids:
-            for mid in mids:
-                self._dlq_candidates.pop(_key(mid), None)
-                for chunk in self._chunk_ids.pop(_entry(mid), ()):  # a chunked message: every chunk
+            for ledger, entry, _p, index, _s in positions:
+                self._dlq_candidates.pop((ledger, entry, index), None)
+                for chunk in self._chunk_ids.pop((ledger, entry), ()):  # a chunked message: every chunk
                     acks.add(_entry(chunk), None)
         redelivery = self.redelivery
-        for key in acks.entries_done(mids):
+        for key in acks.entries_done(positions):
             if redelivery.nacks or redelivery.unacked:  # not before: a nacked batch message is due
                 redelivery.acked(key)
             acks.add(key, None)
@@ -558,19 +579,19 @@ class PartitionConsumer(Handler):
             return
         acks.applying = True  # one ACK for all of them: no flush per full group in between
         try:
-            run: list[MessageId] = []  # individual acks in a row, applied together
+            run: list[Position] = []  # individual acks in a row, applied together
             for _ in range(len(waiting)):  # only the loop pops: that many are there
-                kind, mid = waiting.popleft()
-                if kind == "individual":
-                    run.append(mid)
+                kind, target = waiting.popleft()
+                if isinstance(target, tuple):  # an individual ack, by position
+                    run.append(target)
                     continue
                 if run:
                     self._acknowledge(run)
                     run = []
                 if kind == "cumulative":
-                    self.acknowledge_cumulative(mid)
+                    self.acknowledge_cumulative(target)
                 else:
-                    self.negative_acknowledge(mid)
+                    self.negative_acknowledge(target)
             if run:
                 self._acknowledge(run)
         finally:

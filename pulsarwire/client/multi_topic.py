@@ -91,13 +91,12 @@ class Consumer:
             size += len(msg.data())
         return out
 
-    def owner_of(self, target: Message | MessageId) -> tuple[PartitionConsumer, MessageId]:
-        """The partition consumer ``target`` belongs to, and its id (on every ack: kept short)."""
+    def owner_of(self, target: Message | MessageId) -> PartitionConsumer:
+        """The partition consumer ``target`` belongs to (on every ack: kept short)."""
         if isinstance(target, Message):
-            mid, topic = target._id, target._topic
-            owner = self._by_topic.get(topic)
-            return (owner if owner is not None else self._owner(mid, topic)), mid
-        return self._owner(target, None), target
+            owner = self._by_topic.get(target._topic)
+            return owner if owner is not None else self._owner(target.message_id(), target._topic)
+        return self._owner(target, None)
 
     def acknowledge(self, target: Message | MessageId) -> None:
         mid, topic = _target(target)

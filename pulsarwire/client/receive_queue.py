@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .consumer import PartitionConsumer
     from .message import Message
 
+
 class MessageQueue:
     """The receive queue: bounded by the consumers' permits, shared by the partitions of one consumer."""
 
@@ -104,7 +105,7 @@ class MessageQueue:
         return bool(self._queued_of(owner))
 
     def entries_of(self, owner: PartitionConsumer) -> list[tuple[int, int]]:
-        return [(m._id.ledger_id, m._id.entry_id) for m in self._queued_of(owner)]
+        return [m._pos[:2] for m in self._queued_of(owner)]
 
     def drop(self, owner: PartitionConsumer) -> int:
         """Drop every message of ``owner`` still queued (reconnect, seek); returns how many.
@@ -162,7 +163,7 @@ class MessageQueue:
         taken.append(msg)
         if len(taken) >= self._settle_at and not self._settle_asked:
             self._ask_settle()
-        self.owners[msg._topic].last_dequeued = msg._id  # now: a resubscribe must start after it
+        self.owners[msg._topic].last_taken = msg  # now: a resubscribe must start after it
         return msg
 
     def take_many(self, limit: int, max_bytes: int) -> tuple[list[Message], int]:
@@ -187,7 +188,7 @@ class MessageQueue:
             self._taken.extend(out)
             owners = self.owners
             for msg in out if len(owners) > 1 else out[-1:]:
-                owners[msg._topic].last_dequeued = msg._id
+                owners[msg._topic].last_taken = msg
             if len(self._taken) >= self._settle_at or not items:
                 self._ask_settle()
         return out, size

@@ -48,7 +48,7 @@ class _Owner:
 
     topic: str
     config: _Config = field(default_factory=lambda: _Config(100))
-    last_dequeued: MessageId | None = None
+    last_taken: Message | None = None
     settled: list[Message] = field(default_factory=list)
 
     def handed_out(self, messages: list[Message]) -> None:
@@ -78,7 +78,7 @@ def _on(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: objec
 def _messages(owner: _Owner, entry: int, n: int) -> list[Message]:
     md = pb.MessageMetadata()
     return [
-        Message(b"%d-%d" % (entry, i), MessageId(1, entry, -1, i, n), owner.topic, md, None, 0)
+        Message(b"%d-%d" % (entry, i), (1, entry, -1, i, n), owner.topic, md, None, 0)
         for i in range(n)
     ]
 
@@ -134,7 +134,7 @@ def test_a_taker_asks_the_loop_to_settle_after_half_a_receiver_queue(loop: async
     assert owner.settled == []  # fewer than half a queue taken: the loop was not bothered
     assert queue.take() is not None  # the 5th: half of 10
     wait_until(lambda: len(owner.settled) == 5)
-    assert owner.last_dequeued == MessageId(1, 1, -1, 4, 8)
+    assert owner.last_taken is not None and owner.last_taken.message_id() == MessageId(1, 1, -1, 4, 8)
     out, size = queue.take_many(10, 1 << 20)
     assert len(out) == 3 and size == sum(len(m.data()) for m in out)
     wait_until(lambda: len(owner.settled) == 8)  # the queue ran empty: settled without waiting for more
