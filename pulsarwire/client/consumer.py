@@ -5,17 +5,21 @@ reconnects (:class:`~pulsarwire.client.handler.Handler`). Entries from the broke
 against the FLOW permits granted (:mod:`~pulsarwire.client.flow`), decompressed and unbatched on
 arrival; batch indexes the broker marks as acknowledged (``ack_set``), indexes acked here whose
 ack is not sent yet, and, for readers and after a seek, messages before the start position are
-dropped. Messages go to the :class:`~pulsarwire.client.receive_queue.MessageQueue` shared by every
-partition of one consumer (:mod:`~pulsarwire.client.multi_topic`); taking a message out, or
-skipping it, counts it as consumed, and permits go back in halves of the receiver queue.
+dropped. An entry's messages go together to the :class:`~pulsarwire.client.receive_queue.MessageQueue`
+shared by every partition of one consumer (:mod:`~pulsarwire.client.multi_topic`); a message
+taken out (settled by the queue: :meth:`PartitionConsumer.handed_out`), or skipped, counts as
+consumed, and permits go back in halves of the receiver queue.
 
 Acks are grouped by :class:`~pulsarwire.client.acks.AckGroup` and sent by :meth:`PartitionConsumer.flush_acks`
 (also on close and before a resubscribe asks for messages); acking a chunked message acks all its
-chunks. From protocol 17 on each ACK asks for a receipt: acks the broker did not apply (cut
-connection, consumer closed by the broker first) are queued again, so nothing acknowledged comes
-back. Negative acks and the ack timeout are :class:`~pulsarwire.client.redelivery.RedeliveryTimers`,
-which a timer task turns into REDELIVER_UNACKNOWLEDGED_MESSAGES; a message redelivered
-``max_redeliver_count`` times goes to the dead-letter topic when it fails once more.
+chunks. Acks made on other threads wait in the group's deque and are applied on the loop, in
+order, at the flush, before a resubscribe or a redelivery request, on the timer tick and when a
+redelivered entry arrives (what was acked is no news). From protocol 17 on each ACK asks for a
+receipt: acks the broker did not apply (cut connection, consumer closed by the broker first) are
+queued again, so nothing acknowledged comes back. Negative acks and the ack timeout are
+:class:`~pulsarwire.client.redelivery.RedeliveryTimers`, which a timer task turns into
+REDELIVER_UNACKNOWLEDGED_MESSAGES; a message redelivered ``max_redeliver_count`` times goes to the
+dead-letter topic when it fails once more.
 
 An entry that fails validation (checksum, decompression, batch layout, a batch
 count below 1 or more than its bytes hold) is neither delivered nor
