@@ -2,10 +2,12 @@
 
 :class:`AckGroup` holds what the user acknowledged and the broker has not been told yet:
 individual acks by entry, at most one cumulative ack (the furthest), and the acks made on
-other threads (the blocking API), which wait in a deque until the event loop applies them —
-at the next flush or before a resubscribe, so a reconnect never overtakes an ack. It is
-flushed ``ack_group_time_ms`` after the first ack waiting (at once when that is 0, or when
-1000 entries wait); the consumer turns the group into ACK commands (:meth:`AckGroup.individual_command`,
+other threads (the blocking API: grouped in the caller's thread, individual ones as message
+positions), which wait in a deque until the event loop applies them — at the next flush or
+before a resubscribe, so a reconnect never overtakes an ack; the loop is told once per group
+(:meth:`AckGroup.from_thread`). It is flushed ``ack_group_time_ms`` after the first ack waiting
+(at once when that is 0, or when 1000 entries or 1000 acks from threads wait); the consumer
+turns the group into ACK commands (:meth:`AckGroup.individual_command`,
 :meth:`AckGroup.cumulative_command`) and sends them.
 
 Batch-index acks: acking some messages of a batch entry records their indexes; with
