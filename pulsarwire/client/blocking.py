@@ -1041,9 +1041,8 @@ class _Receiving(_Closeable):
         """A batch being gathered stops early: ``receive`` would raise (closed, an error, the end of
         the topic), and the messages already taken must reach the caller first."""
         core = self._core
-        return bool(have) and (
-            core.closed or bool(core.queue.errors) or all(p.end_of_topic for p in core.parts)
-        )
+        ended = bool(core.parts) and all(p.end_of_topic for p in core.parts)
+        return bool(have) and (core.closed or bool(core.queue.errors) or ended)
 
     def _seek(self, messageid: MessageId | int) -> None:
         self._calls.drain()
