@@ -26,7 +26,7 @@ from pulsarwire.client.blocking import Client, ConsumerType, InitialPosition
 from pulsarwire.client.message import Message
 from pulsarwire.client.receive_queue import MessageQueue
 from pulsarwire.codec.message_id import MessageId
-from pulsarwire.errors import AlreadyClosedError, OperationTimeoutError
+from pulsarwire.errors import AlreadyClosedError, OperationTimeoutError, ReachedEndOfTopicError
 from pulsarwire.proto import pb
 from tests.helpers.judge import assert_silent, payloads, send_all, wait_until
 from tests.helpers.pw_client import backlog, pw_receive_n
@@ -77,10 +77,7 @@ def _on(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: objec
 
 def _messages(owner: _Owner, entry: int, n: int) -> list[Message]:
     md = pb.MessageMetadata()
-    return [
-        Message(b"%d-%d" % (entry, i), (1, entry, -1, i, n), owner.topic, md, None, 0)
-        for i in range(n)
-    ]
+    return [Message(b"%d-%d" % (entry, i), (1, entry, -1, i, n), owner.topic, md, None, 0) for i in range(n)]
 
 
 def test_concurrent_takers_get_every_message_once_and_the_loop_settles_each_once(
@@ -262,3 +259,21 @@ def test_acks_of_a_closed_consumer_raise(client: pulsar.Client, pw: Client, topi
     for ack in (consumer.acknowledge, consumer.acknowledge_cumulative, consumer.negative_acknowledge):
         with pytest.raises(AlreadyClosedError):
             ack(msg)
+
+
+def test_batch_receive_gathers_across_entries_then_reports_the_end_of_the_topic(
+    client: pulsar.Client, pw: Client, topic: str, shared_broker: Broker
+) -> None:
+    consumer = pw.subscribe(topic, "sub", initial_position=EARLIEST, receiver_queue_size=20)
+    values = _produce(client, topic, 60, batching=True)  # entries of 10, at most 2 queued
+    shared_broker.terminate_topic(topic)
+    batch = consumer.batch_receive(45, timeout_ms=30_000)
+    assert [m.data() for m in batch] == values[:45]  # gathered across entries as they came
+    for m in batch:
+        consumer.acknowledge(m)
+    rest = consumer.batch_receive(45, timeout_ms=300)
+    assert [m.data() for m in rest] == values[45:]
+    for m in rest:
+        consumer.acknowledge(m)
+    with pytest.raises(ReachedEndOfTopicError):  # everything acknowledged: the broker says so
+        consumer.batch_receive(45, timeout_ms=10_000)
