@@ -35,7 +35,7 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import InvalidConfigurationError
 from pulsarwire.proto import pb
 
-from .message import Position
+from .message import Message, Position
 
 T = pb.BaseCommand
 SubType = pb.CommandSubscribe.SubType
@@ -45,8 +45,9 @@ MAX_GROUPED = 1000
 AckKind = Literal["individual", "cumulative", "negative"]
 #: an entry's (ledger_id, entry_id)
 Entry = tuple[int, int]
-#: an ack made on another thread: individual ones by position, the others by id
-ThreadAck = tuple[AckKind, Position | MessageId]
+#: an ack made on another thread: an individual one by the Message itself (nothing allocated per
+#: ack: the garbage collector's work grows with every object made), the others by kind and id
+ThreadAck = Message | tuple[AckKind, MessageId]
 #: a batch's acked indexes as Pulsar's ack_set (bit set = unacked); None: the whole entry
 AckSet = list[int] | None
 
@@ -153,9 +154,8 @@ class AckGroup:
             self.pending_cumulative = (target, ack_set)
         self.schedule()
 
-    def from_thread(self, kind: AckKind, target: Position | MessageId) -> bool:
-        """Record an ack made on another thread (any thread; the loop applies it at the next flush):
-        an individual one by the message's position, the others by its id.
+    def from_thread(self, ack: ThreadAck) -> bool:
+        """Record an ack made on another thread (any thread; the loop applies it at the next flush).
 
         True when the loop must be told (the consumer's ``thread_acks_waiting``): when it was not
         told yet — it then flushes after the group time — and for every full group. The loop clears
@@ -163,7 +163,7 @@ class AckGroup:
         before it looks: an ack the loop does not apply was appended after the clear, and its caller
         sees the flag down and tells the loop again. Two callers may both tell it: harmless."""
         waiting = self.from_threads
-        waiting.append((kind, target))
+        waiting.append(ack)
         if not self.told:
             self.told = True
             return True

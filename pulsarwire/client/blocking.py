@@ -41,12 +41,12 @@ from pulsarwire.errors import (
 from pulsarwire.proto import pb
 from pulsarwire.protocol.state import HandlerState
 
-from .acks import AckKind
+from .acks import AckKind, ThreadAck
 from .auth import Authentication
 from .bulk import read_arrow
 from .consumer_config import DeadLetterPolicy, KeySharedPolicy
 from .core import AsyncClient
-from .message import Message, Position, position_of
+from .message import Message
 from .multi_topic import Consumer as AsyncConsumer
 from .producer import Producer as AsyncProducer
 from .producer import SendArrowResult
@@ -1148,11 +1148,11 @@ class Consumer(_Receiving):
         if core.closed or self._client._stopped:
             raise AlreadyClosedError("consumer is closed")
         owner = core.owner_of(message)
-        if kind != "individual":
-            target: Position | MessageId = message.message_id() if isinstance(message, Message) else message
-        else:  # by position: a Message need not make its MessageId
-            target = message._pos if isinstance(message, Message) else position_of(message)
-        if owner.acks.from_thread(kind, target):
+        if isinstance(message, Message):  # individual: by the Message, which need not make its id
+            ack: ThreadAck = message if kind == "individual" else (kind, message.message_id())
+        else:
+            ack = (kind, message)
+        if owner.acks.from_thread(ack):
             self._client._loop.call_soon_threadsafe(owner.thread_acks_waiting)
 
     def acknowledge(self, message: Message | MessageId) -> None:

@@ -486,12 +486,13 @@ class _ColumnReader(PartitionConsumer):
     def _deliver(
         self,
         md: pb.MessageMetadata,
-        kept: list[tuple[Position, EntryMessage]],
+        positions: list[Position],
+        entries: list[EntryMessage],
         redelivery_count: int,
         *,
         chunked: MessageId | None = None,
     ) -> None:
-        for pos, m in kept:
+        for pos, m in zip(positions, entries, strict=True):
             self._add_row(chunked or MessageId(*pos), md, m.single, m.payload)
 
     def _add_row(

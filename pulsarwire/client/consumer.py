@@ -52,6 +52,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from itertools import compress
 from typing import TYPE_CHECKING, Any, cast
 
 from pulsarwire.codec.batch import unacked_indexes
@@ -349,8 +350,8 @@ class PartitionConsumer(Handler):
             mid = MessageId(base.ledger_id, base.entry_id, self.partition, first_chunk_message_id=first)
             self.consumed(len(done.chunk_ids) - 1)
             self._chunk_ids[_entry(mid)] = done.chunk_ids
-            whole = [(position_of(mid), EntryMessage(-1, None, done.payload))]
-            self._deliver(done.metadata, whole, ev.redelivery_count, chunked=mid)
+            whole = [EntryMessage(-1, None, done.payload)]
+            self._deliver(done.metadata, [position_of(mid)], whole, ev.redelivery_count, chunked=mid)
             return
         try:
             messages = open_entry(md, ev.payload.payload, self._max_uncompressed())
@@ -456,36 +457,39 @@ class PartitionConsumer(Handler):
     ) -> None:
         """The messages of one entry, minus acked indexes and those before the start position."""
         ledger, entry, partition = base.ledger_id, base.entry_id, self.partition
-        if batch_size:  # one comprehension per entry: this runs for every message received
-            kept = [
-                ((ledger, entry, partition, m.batch_index, batch_size), m)
-                for m in messages
-                if keep is None or m.batch_index in keep
-            ]
+        # One comprehension per entry, no object per message beyond its position and Message:
+        # this runs for every message received.
+        kept = messages if keep is None else [m for m in messages if m.batch_index in keep]
+        if batch_size:
+            positions = [(ledger, entry, partition, m.batch_index, batch_size) for m in kept]
         else:
-            whole: Position = (ledger, entry, partition, -1, 0)
-            kept = [(whole, m) for m in messages if keep is None or m.batch_index in keep]
+            positions = [(ledger, entry, partition, -1, 0)] * len(kept)
         if self._start is not None:  # in order: the first one past the start ends the filtering
-            kept = [(pos, m) for pos, m in kept if not self._skip(MessageId(*pos))]
+            wanted = [not self._skip(MessageId(*pos)) for pos in positions]
+            positions, kept = list(compress(positions, wanted)), list(compress(kept, wanted))
         skipped = len(messages) - len(kept)
         if kept:
-            self._deliver(md, kept, redelivery_count)
+            self._deliver(md, positions, kept, redelivery_count)
         if skipped:
             self.consumed(skipped)
 
     def _deliver(
         self,
         md: pb.MessageMetadata,
-        kept: list[tuple[Position, EntryMessage]],
+        positions: list[Position],
+        entries: list[EntryMessage],
         redelivery_count: int,
         *,
         chunked: MessageId | None = None,
     ) -> None:
-        """Unpacked messages of one entry, in order, or the one message ``chunked`` (its id names the
-        first chunk too): queued as Messages together, a waiter woken once (the bulk reader
-        overrides this to fill columns)."""
+        """Unpacked messages of one entry at ``positions``, in order, or the one message ``chunked``
+        (its id names the first chunk too): queued as Messages together, a waiter woken once (the
+        bulk reader overrides this to fill columns)."""
         topic = self.topic
-        msgs = [Message(m.payload, pos, topic, md, m.single, redelivery_count, chunked) for pos, m in kept]
+        msgs = [
+            Message(m.payload, pos, topic, md, m.single, redelivery_count, chunked)
+            for pos, m in zip(positions, entries, strict=True)
+        ]
         policy = self.config.dead_letter_policy
         if policy is not None and redelivery_count >= policy.max_redeliver_count:
             # As the Java client: still delivered; if it fails once more it goes to the DLQ instead.
@@ -585,17 +589,21 @@ class PartitionConsumer(Handler):
         try:
             run: list[Position] = []  # individual acks in a row, applied together
             for _ in range(len(waiting)):  # only the loop pops: that many are there
-                kind, target = waiting.popleft()
-                if isinstance(target, tuple):  # an individual ack, by position
-                    run.append(target)
+                ack = waiting.popleft()
+                if isinstance(ack, Message):  # an individual ack of a Message
+                    run.append(ack._pos)
+                    continue
+                kind, mid = ack
+                if kind == "individual":
+                    run.append(position_of(mid))
                     continue
                 if run:
                     self._acknowledge(run)
                     run = []
                 if kind == "cumulative":
-                    self.acknowledge_cumulative(target)
+                    self.acknowledge_cumulative(mid)
                 else:
-                    self.negative_acknowledge(target)
+                    self.negative_acknowledge(mid)
             if run:
                 self._acknowledge(run)
         finally:

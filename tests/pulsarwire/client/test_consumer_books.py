@@ -82,13 +82,13 @@ def test_requeued_acks_merge_with_newer_ones() -> None:
 
 def test_acks_from_threads_come_out_in_order_and_tell_the_loop_once_per_group() -> None:
     acks = group([])
-    assert acks.from_thread("individual", MessageId(1, 1))  # the first: the loop is told
-    assert not acks.from_thread("negative", MessageId(1, 2))  # told already
+    assert acks.from_thread(("individual", MessageId(1, 1)))  # the first: the loop is told
+    assert not acks.from_thread(("negative", MessageId(1, 2)))  # told already
     waiting = acks.take_from_threads()
     assert list(waiting) == [("individual", MessageId(1, 1)), ("negative", MessageId(1, 2))]
     waiting.clear()
-    assert acks.from_thread("individual", MessageId(1, 3))  # after the loop took them: told again
-    told = [acks.from_thread("individual", MessageId(2, i)) for i in range(MAX_GROUPED - 1)]
+    assert acks.from_thread(("individual", MessageId(1, 3)))  # after the loop took them: told again
+    told = [acks.from_thread(("individual", MessageId(2, i))) for i in range(MAX_GROUPED - 1)]
     assert told[-1] and not any(told[:-1])  # a full group waiting tells the loop again
 
 
