@@ -686,7 +686,8 @@ class PartitionConsumer(Handler):
     def redeliver_unacknowledged_messages(self) -> None:
         """Ask the broker to send every unacknowledged message again."""
         self._ack_ready()
-        self._apply_thread_acks()  # what was acked on other threads is not unacknowledged
+        self.queue.settle()  # what was taken on other threads is handed out (the ack timeout books)
+        self._apply_thread_acks()  # ... and what was acked there is not unacknowledged
         if self.config.consumer_type in (SubType.Shared, SubType.Key_Shared):
             keys = sorted(set(self.redelivery.unacked) | set(self.queue.entries_of(self)))
             self.queue.drop(self)
