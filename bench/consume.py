@@ -13,9 +13,9 @@ Each reader reads all of them from the start, on its own subscription, same brok
 3 runs alternating; (a) and (c) start their clocks after subscribing.
 
 The broker runs in a subprocess. Goals: (b) >= 2x (d) (issue 8); (a) >= 1x (c) and (e) >= 2x (d)
-(issue 18). Every library a reader uses is
-imported before the clocks start (pyarrow and pyarrow.compute take ~0.3 s to import, as long as
-(b) takes to read 200k messages; the official client's library is imported too).
+(issue 18). Every library a reader uses is imported before the clocks start (pyarrow and
+pyarrow.compute take ~0.3 s to import, as long as (b) takes to read 200k messages; the official
+client's library is imported too).
 Run: ``python bench/consume.py [--messages 200000]``.
 """
 
