@@ -2,10 +2,12 @@
 
 :class:`AckGroup` holds what the user acknowledged and the broker has not been told yet:
 individual acks by entry, at most one cumulative ack (the furthest), and the acks made on
-other threads (the blocking API), which wait in a deque until the event loop applies them —
-at the next flush or before a resubscribe, so a reconnect never overtakes an ack. It is
-flushed ``ack_group_time_ms`` after the first ack waiting (at once when that is 0, or when
-1000 entries wait); the consumer turns the group into ACK commands (:meth:`AckGroup.individual_command`,
+other threads (the blocking API: grouped in the caller's thread, individual ones as message
+positions), which wait in a deque until the event loop applies them — at the next flush or
+before a resubscribe, so a reconnect never overtakes an ack; the loop is told once per group
+(:meth:`AckGroup.from_thread`). It is flushed ``ack_group_time_ms`` after the first ack waiting
+(at once when that is 0, or when 1000 entries or 1000 acks from threads wait); the consumer
+turns the group into ACK commands (:meth:`AckGroup.individual_command`,
 :meth:`AckGroup.cumulative_command`) and sends them.
 
 Batch-index acks: acking some messages of a batch entry records their indexes; with
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from pulsarwire.codec.batch import ack_set_for, unacked_indexes
@@ -32,6 +34,8 @@ from pulsarwire.codec.frames import new_command
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import InvalidConfigurationError
 from pulsarwire.proto import pb
+
+from .message import Message, Position
 
 T = pb.BaseCommand
 SubType = pb.CommandSubscribe.SubType
@@ -41,6 +45,9 @@ MAX_GROUPED = 1000
 AckKind = Literal["individual", "cumulative", "negative"]
 #: an entry's (ledger_id, entry_id)
 Entry = tuple[int, int]
+#: an ack made on another thread: an individual one by the Message itself (nothing allocated per
+#: ack: the garbage collector's work grows with every object made), the others by kind and id
+ThreadAck = Message | tuple[AckKind, MessageId]
 #: a batch's acked indexes as Pulsar's ack_set (bit set = unacked); None: the whole entry
 AckSet = list[int] | None
 
@@ -80,34 +87,58 @@ class AckGroup:
         self.batches: dict[Entry, set[int]] = {}
         self.batch_sizes: dict[Entry, int] = {}
         #: acks made on other threads, applied on the loop in order
-        self.from_threads: deque[tuple[AckKind, MessageId]] = deque()
+        self.from_threads: deque[ThreadAck] = deque()
+        #: True while the loop applies acks from threads: a full group waits for the flush after them
+        self.applying = False
+        #: the loop was told that acks from threads wait and has not applied them yet
+        self.told = False
         self._timer: asyncio.TimerHandle | None = None
 
     # -- recording -------------------------------------------------------------------
     def add(self, entry: Entry, ack_set: AckSet) -> None:
         """Queue an ack of ``entry``; sent within the group time (at once when many wait)."""
         self.pending[entry] = ack_set
-        if len(self.pending) >= MAX_GROUPED:
+        if len(self.pending) >= MAX_GROUPED and not self.applying:
             self._flush()
         else:
             self.schedule()
 
-    def entry_done(self, mid: MessageId) -> bool:
-        """Note an individual ack of ``mid``; True when its whole entry is now acknowledged (the
-        caller then queues the entry's ack with :meth:`add`). A message of a batch not yet wholly
-        acked only records its index (and, with batch-index acks, queues the entry's partial ack)."""
-        if mid.batch_index >= 0 and mid.batch_size > 0:
-            entry = (mid.ledger_id, mid.entry_id)
-            acked = self.batches.setdefault(entry, set())
-            acked.add(mid.batch_index)
-            if len(acked) < mid.batch_size:
+    def entries_done(self, positions: Iterable[Position]) -> list[Entry]:
+        """Note individual acks of the messages at ``positions``, in order; the entries now wholly
+        acknowledged (the caller then queues their acks with :meth:`add`). A message of a batch not
+        yet wholly acked only records its index (and, with batch-index acks, queues the entry's
+        partial ack).
+
+        Acks come in runs of one batch (every message received is acked): the batch of the
+        previous ack is looked up once for the run."""
+        done: list[Entry] = []
+        batches = self.batches
+        pending = self.pending
+        entry: Entry | None = None
+        acked: set[int] = set()
+        for ledger, entry_id, _partition, index, size in positions:
+            if index < 0 or size <= 0:
+                done.append((ledger, entry_id))
+                continue
+            if entry is None or entry_id != entry[1] or ledger != entry[0]:
+                entry = (ledger, entry_id)
+                found = batches.get(entry)
+                if found is None:
+                    found = batches[entry] = set()
+                acked = found
+            acked.add(index)
+            if len(acked) < size:
                 if self.batch_index_ack_enabled:
-                    self.batch_sizes[entry] = mid.batch_size
-                    self.add(entry, [])  # the ack_set is computed once, when acks are flushed
-                return False
-            del self.batches[entry]
+                    waiting = pending.get(entry)
+                    if waiting is None or waiting:  # not waiting as a partly acked batch yet
+                        self.batch_sizes[entry] = size
+                        self.add(entry, [])  # the ack_set is computed once, when acks are flushed
+                continue
+            del batches[entry]
             self.batch_sizes.pop(entry, None)
-        return True
+            done.append(entry)
+            entry = None
+        return done
 
     def cumulative(self, mid: MessageId) -> None:
         """Queue a cumulative ack up to ``mid`` (kept only when it goes further than the one waiting)."""
@@ -123,12 +154,26 @@ class AckGroup:
             self.pending_cumulative = (target, ack_set)
         self.schedule()
 
-    def from_thread(self, kind: AckKind, mid: MessageId) -> None:
-        """Record an ack made on another thread; the loop applies it with :meth:`next_from_thread`."""
-        self.from_threads.append((kind, mid))
+    def from_thread(self, ack: ThreadAck) -> bool:
+        """Record an ack made on another thread (any thread; the loop applies it at the next flush).
 
-    def next_from_thread(self) -> tuple[AckKind, MessageId] | None:
-        return self.from_threads.popleft() if self.from_threads else None
+        True when the loop must be told (the consumer's ``thread_acks_waiting``): when it was not
+        told yet — it then flushes after the group time — and for every full group. The loop clears
+        :attr:`told` before it empties the deque (:meth:`take_from_threads`), and a caller appends
+        before it looks: an ack the loop does not apply was appended after the clear, and its caller
+        sees the flag down and tells the loop again. Two callers may both tell it: harmless."""
+        waiting = self.from_threads
+        waiting.append(ack)
+        if not self.told:
+            self.told = True
+            return True
+        return len(waiting) % MAX_GROUPED == 0
+
+    def take_from_threads(self) -> deque[ThreadAck]:
+        """On the loop, before applying the acks from threads: the deque to pop them from (see
+        :meth:`from_thread`; only the loop pops, so whatever it sees there is there)."""
+        self.told = False
+        return self.from_threads
 
     def still_unacked(self, entry: Entry, count: int) -> set[int] | None:
         """Indexes of the ``count`` messages of ``entry`` that no ack waiting here covers; None when

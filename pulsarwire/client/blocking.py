@@ -19,6 +19,7 @@ import asyncio
 import atexit
 import contextlib
 import functools
+import math
 import re
 import threading
 import time
@@ -40,7 +41,7 @@ from pulsarwire.errors import (
 from pulsarwire.proto import pb
 from pulsarwire.protocol.state import HandlerState
 
-from .acks import AckKind
+from .acks import AckKind, ThreadAck
 from .auth import Authentication
 from .bulk import read_arrow
 from .consumer_config import DeadLetterPolicy, KeySharedPolicy
@@ -1013,28 +1014,35 @@ class _Receiving(_Closeable):
         return not self._core.closed and _connected(list(self._core.parts))
 
     def _receive(self, timeout_millis: int | None) -> Message:
+        """The next message: taken from the queue on this thread (lock-free, no loop round trip,
+        see :mod:`~pulsarwire.client.receive_queue`); only an empty queue makes it wait."""
         core = self._core
         queue = core.queue
-        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        deadline: float | None = None
         while True:
             if core.closed:
                 raise AlreadyClosedError("consumer is closed")
             if queue.errors:
                 raise queue.errors.popleft()
-            item = queue.take()
-            if item is not None:
-                owner, msg = item
-                owner.last_dequeued = msg.message_id()  # now: a resubscribe must start after it
-                self._calls.submit(functools.partial(owner.dequeued, track_position=False), msg)
+            msg = queue.take()
+            if msg is not None:
                 return msg
             if core.parts and all(p.end_of_topic for p in core.parts):
                 raise ReachedEndOfTopicError(f"end of topic {', '.join(core.topics)}")
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            now = time.monotonic()
+            if deadline is None:  # the clock starts when the queue is first found empty
+                deadline = math.inf if timeout_millis is None else now + timeout_millis / 1000
+            remaining = deadline - now
+            if remaining <= 0:
                 raise OperationTimeoutError(f"no message within {timeout_millis} ms")
-            with queue.ready:
-                if not len(queue) and not queue.errors and not core.closed:
-                    queue.ready.wait(0.5 if remaining is None else min(remaining, 0.5))
+            queue.wait_ready(min(remaining, 0.5), stop=core.closed)
+
+    def _must_return(self, have: list[Message]) -> bool:
+        """A batch being gathered stops early: ``receive`` would raise (closed, an error, the end of
+        the topic), and the messages already taken must reach the caller first."""
+        core = self._core
+        ended = bool(core.parts) and all(p.end_of_topic for p in core.parts)
+        return bool(have) and (core.closed or bool(core.queue.errors) or ended)
 
     def _seek(self, messageid: MessageId | int) -> None:
         self._calls.drain()
@@ -1083,6 +1091,11 @@ class Consumer(_Receiving):
         AlreadyClosedError
             The consumer is closed.
         """
+        core = self._core
+        if not core.closed and not core.queue.errors:  # the fast path: a message is waiting
+            msg = core.queue.take()
+            if msg is not None:
+                return msg
         return self._receive(timeout_millis)
 
     def batch_receive(
@@ -1106,10 +1119,12 @@ class Consumer(_Receiving):
         list of Message
             Possibly empty.
         """
-        out: list[Message] = []
-        size = 0
+        queue = self._core.queue
         deadline = time.monotonic() + timeout_ms / 1000
-        while len(out) < max_num_messages and size < max_num_bytes:
+        if self._core.closed:
+            raise AlreadyClosedError("consumer is closed")
+        out, size = queue.take_many(max_num_messages, max_num_bytes)  # what waits, in one go
+        while len(out) < max_num_messages and size < max_num_bytes and not self._must_return(out):
             left = max(0, int((deadline - time.monotonic()) * 1000))
             try:
                 msg = self._receive(left)
@@ -1117,6 +1132,9 @@ class Consumer(_Receiving):
                 break
             out.append(msg)
             size += len(msg.data())
+            more, more_size = queue.take_many(max_num_messages - len(out), max_num_bytes - size)
+            out += more
+            size += more_size
         return out
 
     def _check_open(self) -> None:
@@ -1124,10 +1142,18 @@ class Consumer(_Receiving):
             raise AlreadyClosedError("consumer is closed")
 
     def _ack(self, kind: AckKind, message: Message | MessageId) -> None:
-        self._check_open()
-        owner, mid = self._core.owner_of(message)
-        owner.ack_from_thread(kind, mid)  # ordered before any resubscribe of that consumer
-        self._calls.submit(owner.flush_acks_soon)
+        """Group the ack on this thread (:meth:`AckGroup.from_thread`); the loop is woken once per
+        group, applies the group before any resubscribe and sends it within the group time."""
+        core = self._core
+        if core.closed or self._client._stopped:
+            raise AlreadyClosedError("consumer is closed")
+        owner = core.owner_of(message)
+        if isinstance(message, Message):  # individual: by the Message, which need not make its id
+            ack: ThreadAck = message if kind == "individual" else (kind, message.message_id())
+        else:
+            ack = (kind, message)
+        if owner.acks.from_thread(ack):
+            self._client._loop.call_soon_threadsafe(owner.thread_acks_waiting)
 
     def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge one message (acks are grouped and sent within ``ack_group_time_ms``).
@@ -1201,7 +1227,7 @@ class Consumer(_Receiving):
         Acknowledgements made before the call go out first: the answer includes them.
         """
         self._calls.drain()
-        return self._client._run(self._core.backlog())
+        return self._client._run(self._core.backlog(flush_acks=True))
 
     def unsubscribe(self) -> None:
         """Delete the subscription on the broker and close this consumer."""

@@ -49,6 +49,7 @@ from pulsarwire.protocol.connection import MessageReceived
 
 from .consumer import PartitionConsumer
 from .consumer_config import ConsumerConfig
+from .message import Position
 from .receive_queue import MessageQueue
 
 if TYPE_CHECKING:
@@ -484,11 +485,22 @@ class _ColumnReader(PartitionConsumer):
 
     def _deliver(
         self,
+        md: pb.MessageMetadata,
+        positions: list[Position],
+        entries: list[EntryMessage],
+        redelivery_count: int,
+        *,
+        chunked: MessageId | None = None,
+    ) -> None:
+        for pos, m in zip(positions, entries, strict=True):
+            self._add_row(chunked or MessageId(*pos), md, m.single, m.payload)
+
+    def _add_row(
+        self,
         mid: MessageId,
         md: pb.MessageMetadata,
         single: pb.SingleMessageMetadata | None,
         payload: bytes,
-        redelivery_count: int,
     ) -> None:
         if self.finished or _past(mid, self.end):
             self.finished = True

@@ -5,17 +5,21 @@ reconnects (:class:`~pulsarwire.client.handler.Handler`). Entries from the broke
 against the FLOW permits granted (:mod:`~pulsarwire.client.flow`), decompressed and unbatched on
 arrival; batch indexes the broker marks as acknowledged (``ack_set``), indexes acked here whose
 ack is not sent yet, and, for readers and after a seek, messages before the start position are
-dropped. Messages go to the :class:`~pulsarwire.client.receive_queue.MessageQueue` shared by every
-partition of one consumer (:mod:`~pulsarwire.client.multi_topic`); taking a message out, or
-skipping it, counts it as consumed, and permits go back in halves of the receiver queue.
+dropped. An entry's messages go together to the :class:`~pulsarwire.client.receive_queue.MessageQueue`
+shared by every partition of one consumer (:mod:`~pulsarwire.client.multi_topic`); a message
+taken out (settled by the queue: :meth:`PartitionConsumer.handed_out`), or skipped, counts as
+consumed, and permits go back in halves of the receiver queue.
 
 Acks are grouped by :class:`~pulsarwire.client.acks.AckGroup` and sent by :meth:`PartitionConsumer.flush_acks`
 (also on close and before a resubscribe asks for messages); acking a chunked message acks all its
-chunks. From protocol 17 on each ACK asks for a receipt: acks the broker did not apply (cut
-connection, consumer closed by the broker first) are queued again, so nothing acknowledged comes
-back. Negative acks and the ack timeout are :class:`~pulsarwire.client.redelivery.RedeliveryTimers`,
-which a timer task turns into REDELIVER_UNACKNOWLEDGED_MESSAGES; a message redelivered
-``max_redeliver_count`` times goes to the dead-letter topic when it fails once more.
+chunks. Acks made on other threads wait in the group's deque and are applied on the loop, in
+order, at the flush, before a resubscribe or a redelivery request, on the timer tick and when a
+redelivered entry arrives (what was acked is no news). From protocol 17 on each ACK asks for a
+receipt: acks the broker did not apply (cut connection, consumer closed by the broker first) are
+queued again, so nothing acknowledged comes back. Negative acks and the ack timeout are
+:class:`~pulsarwire.client.redelivery.RedeliveryTimers`, which a timer task turns into
+REDELIVER_UNACKNOWLEDGED_MESSAGES; a message redelivered ``max_redeliver_count`` times goes to the
+dead-letter topic when it fails once more.
 
 An entry that fails validation (checksum, decompression, batch layout, a batch
 count below 1 or more than its bytes hold) is neither delivered nor
@@ -48,6 +52,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from itertools import compress
 from typing import TYPE_CHECKING, Any, cast
 
 from pulsarwire.codec.batch import unacked_indexes
@@ -78,12 +83,12 @@ from pulsarwire.protocol.state import (
     HandlerState,
 )
 
-from .acks import AckGroup, AckKind, refuse_cumulative
+from .acks import MAX_GROUPED, AckGroup, refuse_cumulative
 from .consumer_config import ConsumerConfig, DeadLetterPolicy
 from .creation import Creation, create
 from .flow import PermitBooks
 from .handler import Handler
-from .message import Message
+from .message import Message, Position, position_of
 from .redelivery import RedeliveryTimers
 
 if TYPE_CHECKING:
@@ -113,7 +118,6 @@ class PartitionConsumer(Handler):
         self.partition = partition
         self.config = config
         self.queue = queue
-        queue.owners[topic] = self  # its messages can be received (and acked) before Consumer.add
         self.state = HandlerState.UNINITIALIZED
         self.consumer_id = 0
         self.connection: Connection | None = None
@@ -126,7 +130,9 @@ class PartitionConsumer(Handler):
         self.active = True
         self._start = config.start_message_id
         self._start_inclusive = config.start_message_id_inclusive
-        self.last_dequeued: MessageId | None = None
+        self._last_dequeued: MessageId | None = None
+        #: the last message taken from the queue, set by the taker (its id made when asked for)
+        self.last_taken: Message | None = None
         self._dlq: DeadLetterProducer | None = None  # created on first use
         self._dlq_candidates: dict[tuple[int, int, int], Message] = {}
         #: acks waiting to be sent
@@ -155,6 +161,7 @@ class PartitionConsumer(Handler):
         self._reported: OrderedDict[tuple[int, int], None] = OrderedDict()
         #: uuid of a chunked message given up -> True when its chunks are acked, False: redelivered
         self._given_up: OrderedDict[str, bool] = OrderedDict()
+        queue.register(self)  # its messages can be received (and acked) before Consumer.add
 
     async def start(self) -> None:
         """Subscribe for the first time; raises when the consumer cannot be created.
@@ -306,6 +313,8 @@ class PartitionConsumer(Handler):
 
     def _on_message(self, ev: MessageReceived) -> None:
         md = ev.payload.metadata
+        if self.acks.from_threads:  # a redelivery of what was acked on another thread is no news
+            self._apply_thread_acks()
         if self._seeking:  # sent before the broker reset the cursor: it comes again if still wanted
             self.consumed(max(_declared(md), 1))
             return
@@ -341,7 +350,8 @@ class PartitionConsumer(Handler):
             mid = MessageId(base.ledger_id, base.entry_id, self.partition, first_chunk_message_id=first)
             self.consumed(len(done.chunk_ids) - 1)
             self._chunk_ids[_entry(mid)] = done.chunk_ids
-            self._deliver(mid, done.metadata, None, done.payload, ev.redelivery_count)
+            whole = [EntryMessage(-1, None, done.payload)]
+            self._deliver(done.metadata, [position_of(mid)], whole, ev.redelivery_count, chunked=mid)
             return
         try:
             messages = open_entry(md, ev.payload.payload, self._max_uncompressed())
@@ -446,36 +456,46 @@ class PartitionConsumer(Handler):
         redelivery_count: int,
     ) -> None:
         """The messages of one entry, minus acked indexes and those before the start position."""
-        skipped = 0
-        entry_id = MessageId(base.ledger_id, base.entry_id, self.partition)
-        for m in messages:
-            mid = (
-                MessageId(base.ledger_id, base.entry_id, self.partition, m.batch_index, batch_size)
-                if batch_size
-                else entry_id
-            )
-            if (keep is not None and m.batch_index not in keep) or self._skip(mid):
-                skipped += 1
-                continue
-            self._deliver(mid, md, m.single, m.payload, redelivery_count)
+        ledger, entry, partition = base.ledger_id, base.entry_id, self.partition
+        # One comprehension per entry, no object per message beyond its position and Message:
+        # this runs for every message received.
+        kept = messages if keep is None else [m for m in messages if m.batch_index in keep]
+        if batch_size:
+            positions = [(ledger, entry, partition, m.batch_index, batch_size) for m in kept]
+        else:
+            positions = [(ledger, entry, partition, -1, 0)] * len(kept)
+        if self._start is not None:  # in order: the first one past the start ends the filtering
+            wanted = [not self._skip(MessageId(*pos)) for pos in positions]
+            positions, kept = list(compress(positions, wanted)), list(compress(kept, wanted))
+        skipped = len(messages) - len(kept)
+        if kept:
+            self._deliver(md, positions, kept, redelivery_count)
         if skipped:
             self.consumed(skipped)
 
     def _deliver(
         self,
-        mid: MessageId,
         md: pb.MessageMetadata,
-        single: pb.SingleMessageMetadata | None,
-        payload: bytes,
+        positions: list[Position],
+        entries: list[EntryMessage],
         redelivery_count: int,
+        *,
+        chunked: MessageId | None = None,
     ) -> None:
-        """One unpacked message: queued as a Message (the bulk reader overrides this to fill columns)."""
-        msg = Message(payload, mid, self.topic, md, single, redelivery_count)
+        """Unpacked messages of one entry at ``positions``, in order, or the one message ``chunked``
+        (its id names the first chunk too): queued as Messages together, a waiter woken once (the
+        bulk reader overrides this to fill columns)."""
+        topic = self.topic
+        msgs = [
+            Message(m.payload, pos, topic, md, m.single, redelivery_count, chunked)
+            for pos, m in zip(positions, entries, strict=True)
+        ]
         policy = self.config.dead_letter_policy
         if policy is not None and redelivery_count >= policy.max_redeliver_count:
             # As the Java client: still delivered; if it fails once more it goes to the DLQ instead.
-            self._dlq_candidates[_key(mid)] = msg
-        self.queue.put(self, msg)
+            for msg in msgs:
+                self._dlq_candidates[_key(msg.message_id())] = msg
+        self.queue.put_many(self, msgs)
 
     async def _dead_letter(self, msg: Message, policy: DeadLetterPolicy) -> None:
         """Store ``msg`` on the dead-letter topic, then acknowledge it here (never the other way round)."""
@@ -496,14 +516,28 @@ class PartitionConsumer(Handler):
         self.acknowledge(msg.message_id())
 
     # -- receive bookkeeping ---------------------------------------------------------
-    def dequeued(self, msg: Message, *, track_position: bool = True) -> None:
-        """``msg`` left the queue: permits, ack timeout (the blocking API tracks the position itself)."""
-        if track_position:
-            self.last_dequeued = msg.message_id()
-        self.consumed(1)
+    @property
+    def last_dequeued(self) -> MessageId | None:
+        """The last message handed out (a resubscribe of a reader starts after it): the one a taker
+        took last (:attr:`last_taken`), unless set since."""
+        taken = self.last_taken
+        return taken.message_id() if taken is not None else self._last_dequeued
+
+    @last_dequeued.setter
+    def last_dequeued(self, mid: MessageId | None) -> None:
+        self._last_dequeued = mid
+        self.last_taken = None
+
+    def handed_out(self, messages: list[Message]) -> None:
+        """``messages`` were taken out of the queue (the queue settles them on the loop, see
+        :meth:`MessageQueue.settle <pulsarwire.client.receive_queue.MessageQueue.settle>`; the
+        taker already set :attr:`last_taken`): permits, ack timeout."""
+        self.consumed(len(messages))
         timeout = self.config.unacked_messages_timeout_ms
         if timeout:
-            self.redelivery.handed_out(_entry(msg.message_id()), time.monotonic() + timeout / 1000)
+            due = time.monotonic() + timeout / 1000
+            for msg in messages:
+                self.redelivery.handed_out(msg._pos[:2], due)
 
     # -- acknowledgements ------------------------------------------------------------
     def _ack_ready(self) -> None:
@@ -512,14 +546,21 @@ class PartitionConsumer(Handler):
 
     def acknowledge(self, mid: MessageId) -> None:
         self._ack_ready()
-        key = _entry(mid)
-        self._dlq_candidates.pop(_key(mid), None)
-        for chunk in self._chunk_ids.pop(key, ()):  # a chunked message: ack every chunk's entry
-            self.acks.add(_entry(chunk), None)
-        if not self.acks.entry_done(mid):
-            return
-        self.redelivery.acked(key)  # not before: a nacked message of a batch is still to redeliver
-        self.acks.add(key, None)
+        self._acknowledge([position_of(mid)])
+
+    def _acknowledge(self, positions: list[Position]) -> None:
+        """Individual acks, in order (one call for a run of them: this runs for every message)."""
+        acks = self.acks
+        if self._dlq_candidates or self._chunk_ids:
+            for ledger, entry, _p, index, _s in positions:
+                self._dlq_candidates.pop((ledger, entry, index), None)
+                for chunk in self._chunk_ids.pop((ledger, entry), ()):  # a chunked message: every chunk
+                    acks.add(_entry(chunk), None)
+        redelivery = self.redelivery
+        for key in acks.entries_done(positions):
+            if redelivery.nacks or redelivery.unacked:  # not before: a nacked batch message is due
+                redelivery.acked(key)
+            acks.add(key, None)
 
     def acknowledge_cumulative(self, mid: MessageId) -> None:
         self._ack_ready()
@@ -529,27 +570,44 @@ class PartitionConsumer(Handler):
             del self._chunk_ids[key]
         self.acks.cumulative(mid)
 
-    def ack_from_thread(self, kind: AckKind, mid: MessageId) -> None:
-        """Record an ack made on another thread (blocking API); it is applied at the next flush or
-        resubscribe, so a reconnect can never overtake it."""
-        self.acks.from_thread(kind, mid)
-
-    def flush_acks_soon(self) -> None:
-        """Apply acks from other threads now and send them with the next grouped flush."""
-        self._apply_thread_acks()
+    def thread_acks_waiting(self) -> None:
+        """Acks made on other threads wait (:meth:`AckGroup.from_thread`, which asked for this call):
+        flushed after the group time, at once when the group time is 0 or a full group waits."""
+        acks = self.acks
+        if acks.group_time_ms <= 0 or len(acks.from_threads) >= MAX_GROUPED:
+            self.flush_acks()
+        else:
+            acks.schedule()
 
     def _apply_thread_acks(self) -> None:
-        while (made := self.acks.next_from_thread()) is not None:
-            kind, mid = made
-            try:
+        """Apply the acks made on other threads, in order (at a flush, before a resubscribe)."""
+        acks = self.acks
+        waiting = acks.take_from_threads()
+        if not waiting or self.state in (HandlerState.CLOSED, HandlerState.CLOSING):
+            return
+        acks.applying = True  # one ACK for all of them: no flush per full group in between
+        try:
+            run: list[Position] = []  # individual acks in a row, applied together
+            for _ in range(len(waiting)):  # only the loop pops: that many are there
+                ack = waiting.popleft()
+                if isinstance(ack, Message):  # an individual ack of a Message
+                    run.append(ack._pos)
+                    continue
+                kind, mid = ack
+                if kind == "individual":
+                    run.append(position_of(mid))
+                    continue
+                if run:
+                    self._acknowledge(run)
+                    run = []
                 if kind == "cumulative":
                     self.acknowledge_cumulative(mid)
-                elif kind == "negative":
-                    self.negative_acknowledge(mid)
                 else:
-                    self.acknowledge(mid)
-            except AlreadyClosedError:
-                return
+                    self.negative_acknowledge(mid)
+            if run:
+                self._acknowledge(run)
+        finally:
+            acks.applying = False
 
     def flush_acks(self) -> None:
         self._apply_thread_acks()
@@ -628,6 +686,8 @@ class PartitionConsumer(Handler):
     def redeliver_unacknowledged_messages(self) -> None:
         """Ask the broker to send every unacknowledged message again."""
         self._ack_ready()
+        self.queue.settle()  # what was taken on other threads is handed out (the ack timeout books)
+        self._apply_thread_acks()  # ... and what was acked there is not unacknowledged
         if self.config.consumer_type in (SubType.Shared, SubType.Key_Shared):
             keys = sorted(set(self.redelivery.unacked) | set(self.queue.entries_of(self)))
             self.queue.drop(self)
@@ -642,6 +702,8 @@ class PartitionConsumer(Handler):
         """Negative-ack delays and the ack timeout."""
         while self.state not in (HandlerState.CLOSED, HandlerState.FAILED):
             await asyncio.sleep(0.05)
+            self.queue.settle()  # messages taken on other threads start their ack timeout ...
+            self._apply_thread_acks()  # ... and acks made there end it (and cancel negative acks)
             now = time.monotonic()
             due = self.redelivery.due(now)
             if self._chunks.expire(int(time.time() * 1000)):

@@ -1,24 +1,55 @@
-"""Received messages: the value type handed to applications, with the official client's accessors."""
+"""Received messages: the value type handed to applications, with the official client's accessors.
+
+:class:`Message` is a plain class with ``__slots__`` rather than a frozen dataclass: one is made
+per message on the consumer's hot path, and a frozen dataclass's ``__init__`` (one
+``object.__setattr__`` per field) costs four times as much. Its fields are private and it has no
+setters: it is immutable by convention, compared by identity.
+
+For the same reason a message knows its place as a :data:`Position` tuple and makes its
+:class:`~pulsarwire.codec.message_id.MessageId` (a frozen dataclass) only when asked: receiving
+and acknowledging a message (by the Message) never needs one — acks of messages travel as
+positions (:func:`position_of` turns an id into one).
+"""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from pulsarwire.codec.batch import as_text
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.proto import pb
 
+#: a message's place: (ledger_id, entry_id, partition, batch_index, batch_size), as in MessageId
+Position = tuple[int, int, int, int, int]
 
-@dataclass(frozen=True, slots=True, eq=False)
+
+def position_of(mid: MessageId) -> Position:
+    """The :data:`Position` of a message id."""
+    return (mid.ledger_id, mid.entry_id, mid.partition, mid.batch_index, mid.batch_size)
+
+
 class Message:
     """A received message, with the official client's accessors (made by a consumer or reader)."""
 
-    _data: bytes
-    _id: MessageId
-    _topic: str
-    _metadata: pb.MessageMetadata
-    _single: pb.SingleMessageMetadata | None
-    _redelivery_count: int
+    __slots__ = ("_data", "_id", "_metadata", "_pos", "_redelivery_count", "_single", "_topic")
+
+    def __init__(
+        self,
+        data: bytes,
+        position: Position,
+        topic: str,
+        metadata: pb.MessageMetadata,
+        single: pb.SingleMessageMetadata | None,
+        redelivery_count: int,
+        message_id: MessageId | None = None,
+    ) -> None:
+        """``message_id``: the id when it says more than ``position`` (a chunked message's first chunk);
+        otherwise made from ``position`` when first asked for."""
+        self._data = data
+        self._pos = position
+        self._id = message_id
+        self._topic = topic
+        self._metadata = metadata
+        self._single = single
+        self._redelivery_count = redelivery_count
 
     def data(self) -> bytes:
         """The payload bytes."""
@@ -30,7 +61,10 @@ class Message:
 
     def message_id(self) -> MessageId:
         """The message's id (ledger, entry, partition, batch index)."""
-        return self._id
+        mid = self._id
+        if mid is None:  # two threads may both make it: equal ids, either one kept
+            mid = self._id = MessageId(*self._pos)
+        return mid
 
     def topic_name(self) -> str:
         """The topic (partition) the message was received from."""
@@ -79,7 +113,7 @@ class Message:
         s = self._single
         if s is not None and s.HasField("sequence_id"):
             return int(s.sequence_id)
-        return int(self._metadata.sequence_id) + max(self._id.batch_index, 0)
+        return int(self._metadata.sequence_id) + max(self._pos[3], 0)
 
     def has_null_value(self) -> bool:
         """Whether the producer sent a null value (a tombstone on compacted topics)."""
@@ -93,4 +127,4 @@ class Message:
         return self._metadata.schema_version
 
     def __repr__(self) -> str:
-        return f"Message({self._id}, {len(self._data)} bytes, topic={self._topic!r})"
+        return f"Message({self.message_id()}, {len(self._data)} bytes, topic={self._topic!r})"

@@ -63,10 +63,8 @@ class Consumer:
                 raise AlreadyClosedError("consumer is closed")
             if self.queue.errors:
                 raise self.queue.errors.popleft()
-            item = self.queue.take()
-            if item is not None:
-                owner, msg = item
-                owner.dequeued(msg)
+            msg = self.queue.take()
+            if msg is not None:
                 return msg
             if all(p.end_of_topic for p in self.parts):
                 raise ReachedEndOfTopicError(f"end of topic {', '.join(self.topics)}")
@@ -93,9 +91,12 @@ class Consumer:
             size += len(msg.data())
         return out
 
-    def owner_of(self, target: Message | MessageId) -> tuple[PartitionConsumer, MessageId]:
-        mid, topic = _target(target)
-        return self._owner(mid, topic), mid
+    def owner_of(self, target: Message | MessageId) -> PartitionConsumer:
+        """The partition consumer ``target`` belongs to (on every ack: kept short)."""
+        if isinstance(target, Message):
+            owner = self._by_topic.get(target._topic)
+            return owner if owner is not None else self._owner(target.message_id(), target._topic)
+        return self._owner(target, None)
 
     def acknowledge(self, target: Message | MessageId) -> None:
         mid, topic = _target(target)
@@ -131,8 +132,12 @@ class Consumer:
             raise InvalidConfigurationError("get_last_message_id needs a single topic-partition")
         return await self.parts[0].get_last_message_id()
 
-    async def backlog(self) -> dict[str, int]:
-        """topic-partition → messages not yet acknowledged on this subscription (broker's count)."""
+    async def backlog(self, *, flush_acks: bool = False) -> dict[str, int]:
+        """topic-partition → messages not yet acknowledged on this subscription (broker's count);
+        with ``flush_acks`` the acks waiting in their groups are sent first (the count includes them)."""
+        if flush_acks:
+            for p in self.parts:
+                p.flush_acks()
         counts = await asyncio.gather(*(p.backlog() for p in self.parts))
         return {p.topic: n for p, n in zip(self.parts, counts, strict=True)}
 

@@ -1,13 +1,31 @@
 """The receive queue of a consumer: messages waiting for ``receive``, bounded by the FLOW permits.
 
 One :class:`MessageQueue` is shared by every partition consumer of one consumer (all the
-partitions of a partitioned topic, a topic list, a regex subscription): each message waits
-with the partition consumer it came from, which is told when the message is taken out (permits,
-ack timeout). The queue is filled on the client's event loop and emptied either on the loop
-(asyncio API) or on the caller's thread (blocking API), so the deque is guarded by a lock and
-every change is announced both to an ``asyncio.Event`` and to a ``threading.Condition``.
-Errors for ``receive`` to raise (a corrupt entry, a consumer that failed for good) wait in
-their own deque. A reconnect or a seek drops the messages of one partition consumer.
+partitions of a partitioned topic, a topic list, a regex subscription). It is filled on the
+client's event loop, an entry's messages at a time (:meth:`MessageQueue.put_many`), and emptied
+either on the loop (asyncio API) or on any number of caller threads at once (blocking API).
+
+Taking a message is lock-free: the messages wait in a deque, and ``deque.popleft`` hands every
+one to exactly one taker, whatever the thread. The loop is not told per message: a taker appends
+what it took to a second deque, the *taken* log, and the loop settles that log in one go
+(:meth:`MessageQueue.settle`: permits, the ack timeout, via :meth:`PartitionConsumer.handed_out
+<pulsarwire.client.consumer.PartitionConsumer.handed_out>` of the message's topic) — when half a
+receiver queue was taken (a taker then wakes the loop, once), when a taker finds the queue empty
+and is about to wait, and on every partition consumer's timer tick (so the ack timeout of a
+message starts at most a tick late). Permits therefore go back as soon as they would have one
+message at a time, and never leak: every message is either settled as taken or counted by
+:meth:`~MessageQueue.drop`.
+
+A reconnect or a seek drops the messages of one partition consumer without taking them out:
+:meth:`~MessageQueue.drop` puts them in the *dead* set on the loop, and a taker that pops one of
+those throws it away (and takes it out of the set). A message a taker popped just before the drop
+is handed out, as if taken before the drop; the drop may then count it too (one permit granted
+early, never one lost) and the settle that sees it taken takes it out of the dead set.
+
+Waiting: a caller thread waits on :attr:`MessageQueue.ready` (a ``threading.Condition``) after
+declaring itself a waiter; the loop notifies only when someone waits, so handing over costs no
+lock while the callers keep up. The asyncio API waits on an ``asyncio.Event``. Errors for
+``receive`` to raise (a corrupt entry, a consumer that failed for good) wait in their own deque.
 """
 
 from __future__ import annotations
@@ -23,65 +41,169 @@ if TYPE_CHECKING:
 
 
 class MessageQueue:
-    """The receive queue: bounded by the consumers' permits, shared by the partitions of one consumer.
-
-    Filled on the event loop; emptied from the loop (async API) or from the caller's thread (blocking
-    API), so the item deque is guarded by a lock and both an asyncio event and a thread condition
-    are told about changes.
-    """
+    """The receive queue: bounded by the consumers' permits, shared by the partitions of one consumer."""
 
     def __init__(self) -> None:
-        self._items: deque[tuple[PartitionConsumer, Message]] = deque()
-        self._lock = threading.Lock()
+        self._items: deque[Message] = deque()
+        #: messages taken and not yet settled by the loop (appended by takers, emptied by settle)
+        self._taken: deque[Message] = deque()
+        #: dropped messages still in the deque (a taker throws them away)
+        self._dead: set[Message] = set()
         self._changed = asyncio.Event()
         self.ready = threading.Condition()
+        self._waiting = 0  # caller threads waiting on ready (changed under its lock)
+        self._settle_asked = False
+        #: taken messages at which a taker asks the loop to settle (half the smallest receiver queue)
+        self._settle_at = 1 << 30
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.errors: deque[BaseException] = deque()
         #: topic -> its PartitionConsumer, from the moment it exists (before the Consumer adds it)
         self.owners: dict[str, PartitionConsumer] = {}
 
+    def register(self, owner: PartitionConsumer) -> None:
+        """``owner`` fills this queue: its messages can be received (and acked) from now on."""
+        self.owners[owner.topic] = owner
+        self._settle_at = min(self._settle_at, max(owner.config.receiver_queue_size // 2, 1))
+
     def __len__(self) -> int:
-        return len(self._items)
+        """Messages queued (not the dropped ones a taker has yet to throw away)."""
+        dead = self._dead
+        return sum(1 for m in list(self._items) if m not in dead)
 
+    # -- the loop's side ---------------------------------------------------------------
     def _notify(self) -> None:
-        self._changed.set()
-        with self.ready:
-            self.ready.notify_all()
+        if not self._changed.is_set():
+            self._changed.set()
+        if self._waiting:
+            with self.ready:
+                self.ready.notify_all()
 
-    def put(self, owner: PartitionConsumer, message: Message) -> None:
-        with self._lock:
-            self._items.append((owner, message))
+    def put_many(self, owner: PartitionConsumer, messages: list[Message]) -> None:
+        """Queue ``messages`` (an entry's, in order) of ``owner``; waiters are woken once."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        self._items.extend(messages)
         self._notify()
 
     def put_error(self, error: BaseException) -> None:
         self.errors.append(error)
-        self._notify()
+        self._changed.set()
+        with self.ready:
+            self.ready.notify_all()
 
     def wake(self) -> None:
-        self._notify()
+        """Wake every waiter (closed, end of topic): it looks at the consumer again."""
+        self._changed.set()
+        with self.ready:
+            self.ready.notify_all()
+
+    def _queued_of(self, owner: PartitionConsumer) -> list[Message]:
+        dead = self._dead
+        return [m for m in list(self._items) if m._topic == owner.topic and m not in dead]
 
     def holds(self, owner: PartitionConsumer) -> bool:
-        with self._lock:
-            return any(o is owner for o, _m in self._items)
+        return bool(self._queued_of(owner))
 
     def entries_of(self, owner: PartitionConsumer) -> list[tuple[int, int]]:
-        with self._lock:
-            return [(m.message_id().ledger_id, m.message_id().entry_id) for o, m in self._items if o is owner]
+        return [m._pos[:2] for m in self._queued_of(owner)]
 
     def drop(self, owner: PartitionConsumer) -> int:
-        """Remove every message of ``owner`` (reconnect, seek); returns how many."""
-        with self._lock:
-            kept = [item for item in self._items if item[0] is not owner]
-            dropped = len(self._items) - len(kept)
-            self._items.clear()
-            self._items.extend(kept)
-        return dropped
+        """Drop every message of ``owner`` still queued (reconnect, seek); returns how many.
 
-    def take(self) -> tuple[PartitionConsumer, Message] | None:
-        with self._lock:
-            if self._items:
-                return self._items.popleft()
-        self._changed.clear()
-        return None
+        Settles what was taken so far first, so each message is counted once: as taken or dropped."""
+        self.settle()
+        mine = self._queued_of(owner)  # list(): one step, the takers cannot change it meanwhile
+        self._dead.update(mine)
+        return len(mine)
+
+    def settle(self) -> None:
+        """Tell each owner which of its messages were taken since the last settle (on the loop)."""
+        self._settle_asked = False
+        taken = self._taken
+        if not taken:
+            return
+        pop = taken.popleft
+        msgs = [pop() for _ in range(len(taken))]  # only the loop pops: len() messages are there
+        if self._dead:  # handed out while being dropped: counted as dropped, not dead any more
+            self._dead.difference_update(msgs)
+        owners = self.owners
+        if len(owners) == 1:  # the usual case: one topic-partition
+            for owner in owners.values():
+                owner.handed_out(msgs)
+            return
+        by_topic: dict[str, list[Message]] = {}
+        for msg in msgs:
+            by_topic.setdefault(msg._topic, []).append(msg)
+        for topic, mine in by_topic.items():
+            owners[topic].handed_out(mine)
+
+    # -- the takers' side (any thread) ---------------------------------------------------
+    def _ask_settle(self) -> None:
+        loop = self._loop
+        if not self._settle_asked and loop is not None:
+            self._settle_asked = True  # two takers may both ask: settling twice is harmless
+            loop.call_soon_threadsafe(self.settle)
+
+    def take(self) -> Message | None:
+        """The next live message (lock-free; each message goes to exactly one taker), or None."""
+        items = self._items
+        dead = self._dead
+        while True:
+            try:
+                msg = items.popleft()
+            except IndexError:
+                self._changed.clear()
+                if self._taken:  # nothing left to take: the loop settles what was taken
+                    self._ask_settle()
+                return None
+            if not dead or msg not in dead:
+                break
+            dead.discard(msg)
+        taken = self._taken
+        taken.append(msg)
+        if len(taken) >= self._settle_at and not self._settle_asked:
+            self._ask_settle()
+        self.owners[msg._topic].last_taken = msg  # now: a resubscribe must start after it
+        return msg
+
+    def take_many(self, limit: int, max_bytes: int) -> tuple[list[Message], int]:
+        """Up to ``limit`` live messages, fewer once their payloads reach ``max_bytes`` (may be
+        none), and their payloads' size: :meth:`take` repeated, settled as one."""
+        out: list[Message] = []
+        size = 0
+        items = self._items
+        dead = self._dead
+        while len(out) < limit and size < max_bytes:
+            try:
+                msg = items.popleft()
+            except IndexError:
+                self._changed.clear()
+                break
+            if dead and msg in dead:
+                dead.discard(msg)
+                continue
+            out.append(msg)
+            size += len(msg._data)
+        if out:
+            self._taken.extend(out)
+            owners = self.owners
+            for msg in out if len(owners) > 1 else out[-1:]:
+                owners[msg._topic].last_taken = msg
+            if len(self._taken) >= self._settle_at or not items:
+                self._ask_settle()
+        return out, size
+
+    def wait_ready(self, timeout: float, *, stop: bool) -> None:
+        """Block the calling thread until a message or an error may be there (at most ``timeout`` s).
+
+        ``stop``: the caller already knows it must not wait (closed, end of topic)."""
+        with self.ready:
+            self._waiting += 1  # before looking: a put after the look sees the waiter and notifies
+            try:
+                if not self._items and not self.errors and not stop:
+                    self.ready.wait(timeout)
+            finally:
+                self._waiting -= 1
 
     async def wait(self, timeout: float | None) -> bool:
         try:

@@ -151,7 +151,7 @@ EXTRA: dict[str, set[str]] = {
     "Producer.__init__": {"client", "core"},
     "Consumer.__init__": {"client", "core"},
     "Reader.__init__": {"client", "core"},
-    "Message.__init__": {"_data", "_id", "_topic", "_metadata", "_single", "_redelivery_count"},
+    "Message.__init__": {"data", "position", "topic", "metadata", "single", "redelivery_count", "message_id"},
     "Consumer.batch_receive": {"max_num_messages", "max_num_bytes", "timeout_ms"},
     "MessageId.__init__": {"batch_size", "first_chunk_message_id"},
     "MessageId.deserialize": {"data"},

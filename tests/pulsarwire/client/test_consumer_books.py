@@ -8,6 +8,7 @@ import pytest
 
 from pulsarwire.client.acks import MAX_GROUPED, AckGroup, merge_ack_sets, refuse_cumulative
 from pulsarwire.client.flow import PermitBooks
+from pulsarwire.client.message import position_of
 from pulsarwire.client.redelivery import RedeliveryTimers
 from pulsarwire.codec.batch import ack_set_for, unacked_indexes
 from pulsarwire.codec.message_id import MessageId
@@ -29,19 +30,30 @@ def test_a_batch_is_acked_whole_once_every_index_is() -> None:
     flushes: list[int] = []
     acks = group(flushes)
     first, second = MessageId(3, 7, -1, 0, 2), MessageId(3, 7, -1, 1, 2)
-    assert not acks.entry_done(first)
+    assert acks.entries_done([position_of(first)]) == []
     assert acks.pending == {(3, 7): []}  # partly acked: its ack_set is made when sent
     assert acks.still_unacked((3, 7), 2) == {1}
     cmd = acks.individual_command(consumer_id=5)
     (sent,) = cmd.ack.message_id
     assert (sent.ledgerId, sent.entryId, list(unacked_indexes(list(sent.ack_set), 2))) == (3, 7, [1])
-    assert acks.entry_done(second)
+    assert acks.entries_done([position_of(second)]) == [(3, 7)]
     assert (3, 7) not in acks.batches and flushes  # group time 0: flushed at once
+
+
+def test_runs_of_acks_complete_each_batch_once() -> None:
+    acks = group([], batch_index_ack_enabled=False)
+    run = [MessageId(1, e, -1, i, 3) for e in (4, 5) for i in (0, 1)]
+    run.insert(2, MessageId(1, 9))  # a message that is a whole entry between the batches
+    assert acks.entries_done(map(position_of, run)) == [(1, 9)]
+    assert acks.batches == {(1, 4): {0, 1}, (1, 5): {0, 1}}
+    again = [MessageId(1, 5, -1, 1, 3), MessageId(1, 5, -1, 2, 3), MessageId(1, 4, -1, 2, 3)]
+    assert acks.entries_done(map(position_of, again)) == [(1, 5), (1, 4)]  # a repeated index counts once
+    assert acks.batches == {}
 
 
 def test_without_batch_index_acks_a_partial_batch_waits() -> None:
     acks = group([], batch_index_ack_enabled=False)
-    assert not acks.entry_done(MessageId(3, 7, -1, 0, 2))
+    assert acks.entries_done([position_of(MessageId(3, 7, -1, 0, 2))]) == []
     assert acks.pending == {}
     assert acks.still_unacked((3, 7), 2) is None
 
@@ -68,13 +80,16 @@ def test_requeued_acks_merge_with_newer_ones() -> None:
     assert merge_ack_sets(None, [1]) is None
 
 
-def test_acks_from_threads_come_out_in_order() -> None:
+def test_acks_from_threads_come_out_in_order_and_tell_the_loop_once_per_group() -> None:
     acks = group([])
-    acks.from_thread("individual", MessageId(1, 1))
-    acks.from_thread("negative", MessageId(1, 2))
-    assert acks.next_from_thread() == ("individual", MessageId(1, 1))
-    assert acks.next_from_thread() == ("negative", MessageId(1, 2))
-    assert acks.next_from_thread() is None
+    assert acks.from_thread(("individual", MessageId(1, 1)))  # the first: the loop is told
+    assert not acks.from_thread(("negative", MessageId(1, 2)))  # told already
+    waiting = acks.take_from_threads()
+    assert list(waiting) == [("individual", MessageId(1, 1)), ("negative", MessageId(1, 2))]
+    waiting.clear()
+    assert acks.from_thread(("individual", MessageId(1, 3)))  # after the loop took them: told again
+    told = [acks.from_thread(("individual", MessageId(2, i))) for i in range(MAX_GROUPED - 1)]
+    assert told[-1] and not any(told[:-1])  # a full group waiting tells the loop again
 
 
 def test_many_acks_are_sent_without_waiting_for_the_group_time() -> None:
