@@ -80,7 +80,8 @@ class MemorySource(DataSource):
     def schema(self) -> Any:
         from pipelines.spark.reader import source_schema
 
-        return source_schema({})
+        # the pulsarwire source's schema; the options are only validated, nothing is connected
+        return source_schema({"service.url": "pulsar://localhost:6650", "topic": "bench-memory"})
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return MemoryStream(self.options, schema)
