@@ -393,7 +393,6 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None  # Trigger.AvailableNow: never read past this
         self._first_call = True
         self._last_batch_at = time.monotonic()
-        self.last_lag: Lag | None = None
         self._latest: Offsets | None = None
         self._ahead: _PlanAhead | None = None  # the next batch, planned while this one runs
 
@@ -577,13 +576,16 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return rows >= min_rows
 
     def _report_lag(self, end: Offsets) -> None:
+        """Log the uncommitted messages per partition (INFO): the broker is asked only when the
+        line is logged, not on every trigger of a query whose INFO lines nobody sees."""
+        if not log.isEnabledFor(logging.INFO):
+            return
         try:
             backlog = self.planner.backlog()
         except Exception as exc:  # lag is informative; planning must not fail for it
             log.debug("backlog unavailable: %s", exc)
             return
-        self.last_lag = Lag(backlog)
-        lo, avg, hi = self.last_lag.summary
+        lo, avg, hi = Lag(backlog).summary
         log.info(
             "planned up to %s; uncommitted messages per partition min/avg/max %d/%.1f/%d",
             end.to_json(),

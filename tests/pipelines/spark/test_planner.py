@@ -368,3 +368,29 @@ def test_available_now_asks_the_broker_once_and_keeps_one_client(
     finally:
         reader.stop()
     assert reader._planner is None and planner._client is None  # closed when the query stops
+
+
+class _Backlog:
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def backlog(self) -> dict[str, int]:
+        self.asked += 1
+        return {"a": 3, "b": 5}
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_lag_line_asks_the_broker_only_when_it_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    options = {"service.url": "pulsar://localhost:6650", "topic": "t"}
+    reader = PulsarStreamReader(options, None)  # type: ignore[arg-type]
+    fake = _Backlog()
+    reader._planner = fake  # type: ignore[assignment]
+    with caplog.at_level(logging.WARNING, logger="pipelines.spark.reader"):
+        reader._report_lag(Offsets())
+    assert fake.asked == 0
+    with caplog.at_level(logging.INFO, logger="pipelines.spark.reader"):
+        reader._report_lag(Offsets())
+    assert fake.asked == 1
+    assert "uncommitted messages per partition min/avg/max 3/4.0/5" in caplog.text
