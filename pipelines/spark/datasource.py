@@ -6,6 +6,10 @@ for a schema, a reader, a stream reader, a writer or a stream writer. The real
 work lives in :mod:`pipelines.spark.reader` (planning and reading) and
 :mod:`pipelines.spark.sink` (exactly-once producing); this module only dispatches.
 Register it once per session with :func:`pipelines.register`.
+
+Spark starts a new Python process for every streaming query to run the source's driver
+side, and importing this module is most of what that process does before the first batch:
+so the sink is imported only when a writer is asked for (a reading query never loads it).
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from pyspark.sql.types import StructType
 
 from pipelines import FORMAT
 from pipelines.spark.reader import PulsarBatchReader, PulsarStreamReader, source_schema
-from pipelines.spark.sink import PulsarBatchWriter, PulsarStreamWriter
 
 
 class PulsarWireDataSource(DataSource):
@@ -44,9 +47,11 @@ class PulsarWireDataSource(DataSource):
         return PulsarStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from pipelines.spark.sink import PulsarBatchWriter  # see the module docstring
 
         return PulsarBatchWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from pipelines.spark.sink import PulsarStreamWriter  # see the module docstring
 
         return PulsarStreamWriter(self.options, schema, overwrite)

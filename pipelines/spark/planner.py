@@ -12,6 +12,10 @@
   of each (GET_LAST_MESSAGE_ID), the position just before the first message
   published at or after a time, and how far to read so that a batch respects
   ``maxMessagesPerTrigger`` / ``maxBytesPerTrigger`` (:meth:`Planner.advance`).
+  A question about every partition (their consumers' lookups and subscriptions, the
+  last messages, the backlog, a release) is asked of all partitions at once, from a
+  few threads sharing the one client (:meth:`Planner._each`): planning a trigger takes
+  about one round trip to the broker per question, not one per partition.
 * The backlog-holding subscription: with a ``subscriptionName`` the planner keeps
   a durable, zero-permit consumer per topic-partition. It never receives
   messages; it answers GET_LAST_MESSAGE_ID and the backlog count, and it is
@@ -22,7 +26,9 @@
 Pulsar has no message offsets: counting messages between two positions means
 reading them. So limits are enforced by scanning forward on the driver (message
 ids and value sizes only are kept), once per batch and only as far as the limit;
-without limits nothing is scanned.
+without limits nothing is scanned. ``pyarrow.compute`` is imported by a scan that counts
+bytes (``maxBytesPerTrigger``) only: the source's driver process imports this module when
+every streaming query starts.
 """
 
 from __future__ import annotations
@@ -31,11 +37,10 @@ import hashlib
 import logging
 import threading
 import uuid
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
-
-import pyarrow.compute as pc
+from typing import Any, TypeVar
 
 from pipelines.errors import CorruptMessageError, MissingTopicError, OptionError, PipelinesError
 from pipelines.options.bound import Bound
@@ -57,6 +62,12 @@ from pulsarwire import (
 from pulsarwire import CorruptMessageError as CorruptEntry
 
 log = logging.getLogger("pipelines.spark.reader")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: most requests a planner has in flight at once (threads of its pool)
+MAX_CONCURRENT_REQUESTS = 8
 
 
 def full_topic_name(topic: str) -> str:
@@ -177,6 +188,7 @@ class Planner:
         self.on_corrupt = on_corrupt
         self.wait_for_topics = wait_for_topics
         self._client: Any = None
+        self._pool: ThreadPoolExecutor | None = None  # per-partition requests at once (_each)
         self._watchers: dict[str, Any] = {}  # topic-partition -> zero-permit consumer
         self._waiting: set[str] = set()  # named topics that do not exist yet (wait_for_topics)
 
@@ -188,6 +200,9 @@ class Planner:
         return self._client
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         for c in self._watchers.values():
             try:
                 c.close()
@@ -198,25 +213,47 @@ class Planner:
             self._client.close()
             self._client = None
 
-    def _watcher(self, tp: str) -> Any:
-        """The consumer that answers GET_LAST_MESSAGE_ID for ``tp`` (and holds its backlog if durable)."""
-        w = self._watchers.get(tp)
-        if w is None:
-            durable = self.subscription is not None
+    def _each(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """``[fn(x) for x in items]`` with the calls made at once (the client is thread-safe).
 
-            w = self.client.subscribe(
-                tp,
-                self.subscription or f"pipelines-plan-{uuid.uuid4().hex[:12]}",
-                consumer_type=ConsumerType.Failover,
-                initial_position=InitialPosition.Earliest,
-                receiver_queue_size=0,
-                durable=durable,
-                ack_group_time_ms=0,  # a release is sent at once: lag figures follow it
-                # never create a topic by reading it (a partition exists with its partitioned topic)
-                force_topic_creation=partition_of(tp) >= 0,
-            )
-            self._watchers[tp] = w
-        return w
+        Raises what the first failing call raised, in the order of ``items``, after every
+        call has ended.
+        """
+        todo = list(items)
+        if len(todo) <= 1:
+            return [fn(x) for x in todo]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(MAX_CONCURRENT_REQUESTS, thread_name_prefix="pipelines-plan")
+        futures = [self._pool.submit(fn, x) for x in todo]
+        errors = [f.exception() for f in futures]  # waits for all: none is left running
+        for error in errors:
+            if error is not None:
+                raise error
+        return [f.result() for f in futures]
+
+    def _watch(self, partitions: Iterable[str]) -> None:
+        """Subscribe the zero-permit consumers ``partitions`` lack, all at once: each answers
+        GET_LAST_MESSAGE_ID for its partition (and holds its backlog if durable)."""
+        missing = [tp for tp in dict.fromkeys(partitions) if tp not in self._watchers]
+
+        def watch(tp: str) -> None:  # kept as soon as subscribed, so close() closes it whatever fails
+            self._watchers[tp] = self._subscribe(tp)
+
+        self._each(watch, missing)
+
+    def _subscribe(self, tp: str) -> Any:
+        durable = self.subscription is not None
+        return self.client.subscribe(
+            tp,
+            self.subscription or f"pipelines-plan-{uuid.uuid4().hex[:12]}",
+            consumer_type=ConsumerType.Failover,
+            initial_position=InitialPosition.Earliest,
+            receiver_queue_size=0,
+            durable=durable,
+            ack_group_time_ms=0,  # a release is sent at once: lag figures follow it
+            # never create a topic by reading it (a partition exists with its partitioned topic)
+            force_topic_creation=partition_of(tp) >= 0,
+        )
 
     # -- questions ------------------------------------------------------------------
     def partitions(self) -> list[str]:
@@ -234,7 +271,7 @@ class Planner:
             try:
                 parts = TopicSelector(topics=(t,)).resolve(self.client)
                 if parts == [t]:  # not partitioned, or missing on a broker that answers 0 for it
-                    self._watcher(t)
+                    self._watch(parts)
             except (MissingTopicError, TopicNotFound) as exc:
                 if not self.wait_for_topics:
                     if isinstance(exc, MissingTopicError):
@@ -252,20 +289,23 @@ class Planner:
 
     def latest(self, partitions: Iterable[str]) -> Offsets:
         """The position of the last message of each partition (EARLIEST when it is empty)."""
-        out: dict[str, Position] = {}
-        for tp in partitions:
-            mid = self._watcher(tp).get_last_message_id()
-            pos = Position.of(mid)
-            if pos.batch_index >= 0:  # the last message of the last entry: that whole entry
-                pos = Position(pos.ledger_id, pos.entry_id, -1)
-            out[tp] = pos
-        return Offsets(out)
+        parts = list(partitions)
+        self._watch(parts)
+        return Offsets(dict(zip(parts, self._each(self._last, parts), strict=True)))
+
+    def _last(self, tp: str) -> Position:
+        pos = Position.of(self._watchers[tp].get_last_message_id())
+        if pos.batch_index >= 0:  # the last message of the last entry: that whole entry
+            pos = Position(pos.ledger_id, pos.entry_id, -1)
+        return pos
 
     def backlog(self) -> dict[str, int]:
         """Messages not yet released per partition (needs the durable subscription)."""
         if self.subscription is None:
             return {}
-        return {tp: sum(w.get_backlog().values()) for tp, w in self._watchers.items()}
+        watched = list(self._watchers.items())
+        counts = self._each(lambda w: sum(w.get_backlog().values()), [w for _, w in watched])
+        return {tp: n for (tp, _), n in zip(watched, counts, strict=True)}
 
     def release(self, offsets: Offsets) -> None:
         """Acknowledge the durable subscription cumulatively up to ``offsets`` (committed positions).
@@ -275,23 +315,26 @@ class Planner:
         """
         if self.subscription is None:
             return
-        acked = []
+        targets: dict[str, MessageId] = {}
         for tp, pos in offsets.items():
             if pos.is_earliest or pos.entry_id < 0:
                 continue
             if pos.batch_index >= 0:
                 if pos.entry_id == 0:
                     continue
-                target = MessageId(pos.ledger_id, pos.entry_id - 1, partition_of(tp))
+                targets[tp] = MessageId(pos.ledger_id, pos.entry_id - 1, partition_of(tp))
             else:
-                target = MessageId(pos.ledger_id, pos.entry_id, partition_of(tp))
-            watcher = self._watcher(tp)
-            watcher.acknowledge_cumulative(target)
-            acked.append(watcher)
-        # An ack has no answer; a request after it on the same connection is answered once the
-        # broker has handled it, so backlog figures read from now on include the release.
-        for watcher in acked:
+                targets[tp] = MessageId(pos.ledger_id, pos.entry_id, partition_of(tp))
+        self._watch(targets)
+
+        def ack(tp: str) -> None:
+            watcher = self._watchers[tp]
+            watcher.acknowledge_cumulative(targets[tp])
+            # An ack has no answer; a request after it on the same connection is answered once
+            # the broker has handled it, so backlog figures read from now on include the release.
             watcher.get_backlog()
+
+        self._each(ack, targets)
 
     def position_before_time(self, tp: str, time_ms: int) -> Position | None:
         """The position just before the first message of ``tp`` published at or after ``time_ms``.
@@ -347,6 +390,8 @@ class Planner:
                 take = n if max_rows is None else max(0, min(n, max_rows - rows))
                 sizes = None
                 if max_bytes is not None and n:
+                    import pyarrow.compute as pc  # maxBytesPerTrigger only (see the module docstring)
+
                     sizes = pc.cumulative_sum(pc.binary_length(batch.column("value")).cast("int64"))
                     # messages whose running total stays within the budget (the sums never decrease)
                     fit = pc.sum(pc.less_equal(sizes, max_bytes - nbytes).cast("int64")).as_py() or 0

@@ -21,7 +21,8 @@ past the partition's last message — the broker's data was reset, the job point
 another cluster, the topic was recreated — the driver stops before reading with
 :class:`~pipelines.errors.OffsetsAheadError`; with ``failOnDataLoss=false`` it logs a
 warning and reads that partition from its earliest message. Checked when the stream
-starts and for every batch.
+starts and for every batch (under Trigger.AvailableNow against the end the query fixed
+when it started: its triggers ask the broker nothing more).
 
 The source never creates a topic (:mod:`pipelines.spark.planner`): a named topic that does
 not exist fails the query, unless a stream sets ``waitForTopic=true`` and waits for it.
@@ -40,6 +41,12 @@ A stream with ``subscriptionName`` (default: derived from the topics) keeps a
 durable subscription that holds the backlog on the broker; it is acknowledged
 only up to offsets Spark has committed (``commit``) or that a restarted query
 starts from — never ahead of what the sink committed.
+
+Spark runs the driver side of every streaming query in a new Python process, which imports
+this module before anything else happens: what only some queries need is imported where it
+is used, not here — :mod:`pipelines.spark.schemas` (fastavro) under ``schema=auto``,
+:mod:`pipelines.state.offsets` (deltalake) with an ``offsetStore``, and ``pyarrow.compute``
+for rows of corrupt entries.
 """
 
 from __future__ import annotations
@@ -52,7 +59,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -85,9 +91,7 @@ from pipelines.spark.planner import (
     bounds,
     resolve_start,
 )
-from pipelines.spark.schemas import value_schema_for, value_type
 from pipelines.spark.split import split_ranges
-from pipelines.state.offsets import OffsetStore
 from pipelines.state.positions import Offsets, Position, partition_of
 from pulsarwire import CorruptMessageError as CorruptEntry
 from pulsarwire import MessageId, OperationTimeoutError
@@ -127,6 +131,8 @@ def source_schema(options: Mapping[str, str]) -> StructType:
     opts = SourceOptions.from_spark(options)
     value: Any = BinaryType()
     if opts.schema_ == "auto":
+        from pipelines.spark.schemas import value_type  # schema=auto only (see the module docstring)
+
         value = value_type(
             opts.client_settings(), TopicSelector.of(opts.topic, opts.topics, opts.topics_pattern)
         )
@@ -194,7 +200,7 @@ def _spark_batch(batch: Any, include_properties: bool, value_schema: Any = None)
     when the bulk reader made rows of corrupt entries)."""
 
     reasons = batch.column(BULK_REASON) if BULK_REASON in batch.schema.names else None
-    good = None if reasons is None or reasons.null_count == len(reasons) else pc.is_null(reasons)
+    corrupt = reasons is not None and reasons.null_count < len(reasons)
     arrays = []
     names = []
     for spark_name, bulk_name in _COLUMNS:
@@ -204,31 +210,40 @@ def _spark_batch(batch: Any, include_properties: bool, value_schema: Any = None)
         if bulk_name in ("publish_time", "event_time"):
             col = col.cast(pa.timestamp("us", tz="UTC"))
         elif bulk_name == "value":
-            col = _values(batch, good, value_schema)
+            col = _with_corrupt(batch, reasons, value_schema) if corrupt else _decoded(batch, value_schema)
         arrays.append(col)
         names.append(spark_name)
     if reasons is not None:
         raw = batch.column("value")
-        if good is None:  # no corrupt row in this batch
-            corrupt_bytes = pa.nulls(len(raw), pa.binary())
-        else:
-            corrupt_bytes = pc.if_else(good, pa.scalar(None, pa.binary()), raw)
+        corrupt_bytes = _corrupt_bytes(raw, reasons) if corrupt else pa.nulls(len(raw), pa.binary())
         arrays += [reasons, corrupt_bytes]
         names += [CORRUPT_REASON, CORRUPT_BYTES]
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def _values(batch: Any, good: Any, value_schema: Any) -> Any:
-    """The ``value`` column: as read, or decoded under schema=auto; null on corrupt rows."""
+def _decoded(batch: Any, value_schema: Any) -> Any:
+    """The ``value`` column of a batch without corrupt rows: as read, or decoded under schema=auto."""
+    return batch.column("value") if value_schema is None else value_schema.decode(batch)
 
-    if good is None:
-        return batch.column("value") if value_schema is None else value_schema.decode(batch)
+
+def _with_corrupt(batch: Any, reasons: Any, value_schema: Any) -> Any:
+    """The ``value`` column of a batch with corrupt rows (a ``reasons`` entry each): null on them."""
+    import pyarrow.compute as pc  # rows of corrupt entries only (see the module docstring)
+
+    good = pc.is_null(reasons)
     if value_schema is None:
         raw = batch.column("value")
         return pc.if_else(good, raw, pa.scalar(None, raw.type))
     decoded = value_schema.decode(batch.filter(good))  # raises SchemaDecodeError naming the message
     slot = pc.subtract(pc.cumulative_sum(good.cast(pa.int64())), 1)  # each good row's place in it
     return decoded.take(pc.if_else(good, slot, pa.scalar(None, pa.int64())))
+
+
+def _corrupt_bytes(raw: Any, reasons: Any) -> Any:
+    """``corruptBytes``: the entry as the broker sent it on corrupt rows, null on the others."""
+    import pyarrow.compute as pc  # rows of corrupt entries only (see the module docstring)
+
+    return pc.if_else(pc.is_null(reasons), pa.scalar(None, pa.binary()), raw)
 
 
 def read_range(r: ReadRange) -> Iterator[Any]:
@@ -281,7 +296,11 @@ def _data_loss(r: ReadRange, after: str, upto: str) -> None:
 def _ranges(opts: SourceSettings, start: Offsets, end: Offsets) -> list[InputPartition]:
     """One InputPartition per topic-partition with data in (start, end], or more with
     ``minPartitions`` (:func:`pipelines.spark.split.split_ranges`)."""
-    value_schema = value_schema_for(opts) if opts.schema_mode == "auto" else None
+    value_schema = None
+    if opts.schema_mode == "auto":
+        from pipelines.spark.schemas import value_schema_for  # schema=auto only (see the module docstring)
+
+        value_schema = value_schema_for(opts)
     spans = {
         tp: (start.get(tp, Position.EARLIEST), e)
         for tp, e in end.items()
@@ -374,7 +393,6 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None  # Trigger.AvailableNow: never read past this
         self._first_call = True
         self._last_batch_at = time.monotonic()
-        self.last_lag: Lag | None = None
         self._latest: Offsets | None = None
         self._ahead: _PlanAhead | None = None  # the next batch, planned while this one runs
 
@@ -396,12 +414,24 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return None
 
         assert self.opts.job is not None
+        from pipelines.state.offsets import OffsetStore  # offsetStore only (see the module docstring)
+
         stored = OffsetStore(self.opts.offset_store).load(self.opts.job)
         return stored if len(stored) else None
 
-    def initialOffset(self) -> dict[str, str]:
+    def _now(self) -> tuple[list[str], Offsets]:
+        """The topic-partitions and the last message of each, asked of the broker.
+
+        Under Trigger.AvailableNow, the end the query fixed when it started instead: nothing
+        past it is read and no partition it lacks, so a trigger asks the broker nothing again.
+        """
+        if self._target is not None:
+            return list(self._target), self._target
         parts = self.planner.partitions()
-        latest = self.planner.latest(parts)
+        return parts, self.planner.latest(parts)
+
+    def initialOffset(self) -> dict[str, str]:
+        parts, latest = self._now()
         stored = self._stored()
         if stored is not None:
             log.info("job %s resumes from the offset store: %s", self.opts.job, stored.to_json())
@@ -484,11 +514,8 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._first_call:
             self._first_call = False
             self._on_restart(begin)
-        parts = self.planner.partitions()
-        latest = self.planner.latest(parts)
+        _, latest = self._now()
         restart = self._past_end(begin, latest, "checkpointed")
-        if self._target is not None:
-            latest = Offsets({tp: min(latest[tp], self._target[tp]) for tp in parts if tp in self._target})
         new = [tp for tp in latest if tp not in begin]
         if new:
             log.info("new topic-partitions, read from the earliest message: %s", ", ".join(new))
@@ -549,13 +576,16 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return rows >= min_rows
 
     def _report_lag(self, end: Offsets) -> None:
+        """Log the uncommitted messages per partition (INFO): the broker is asked only when the
+        line is logged, not on every trigger of a query whose INFO lines nobody sees."""
+        if not log.isEnabledFor(logging.INFO):
+            return
         try:
             backlog = self.planner.backlog()
         except Exception as exc:  # lag is informative; planning must not fail for it
             log.debug("backlog unavailable: %s", exc)
             return
-        self.last_lag = Lag(backlog)
-        lo, avg, hi = self.last_lag.summary
+        lo, avg, hi = Lag(backlog).summary
         log.info(
             "planned up to %s; uncommitted messages per partition min/avg/max %d/%.1f/%d",
             end.to_json(),

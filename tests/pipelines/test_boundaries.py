@@ -4,6 +4,11 @@ Only ``pipelines.spark`` (and the runner, which starts Spark, with ``pipelines.j
 that runs it) may import pyspark when imported; ``pipelines validate`` and ``pipelines list``
 run in a fresh interpreter without loading it. Checked twice: statically, on every module's
 top-level imports, and by running the command in a subprocess and listing its modules.
+
+Imports stay at the top of a module, except the few :data:`NESTED_IMPORTS` list with their
+reason: keeping pyspark out of the modules above, and keeping what only some queries need out
+of the Python process Spark starts for the driver side of every streaming query (its imports
+are most of that process's work before the first batch).
 """
 
 from __future__ import annotations
@@ -20,6 +25,22 @@ PACKAGE = ROOT / "pipelines"
 #: modules that may import pyspark at import time (relative to pipelines/)
 SPARK_MODULES = ("spark/", "jobs/runner.py", "jobs/testing.py")
 
+_NO_PYSPARK = "the module may not load pyspark when imported; Spark's Delta API only where Spark writes"
+_PER_QUERY = "imported by the driver process Spark starts for each streaming query"
+#: (module relative to pipelines/, module imported inside a function) -> why it is not at the top
+NESTED_IMPORTS = {
+    ("__init__.py", "pipelines.spark.datasource"): "register() loads pyspark; `import pipelines` does not",
+    ("jobs/cli.py", "pipelines.jobs"): "the runner (pyspark) only for commands that run Spark",
+    ("state/delta.py", "delta.tables"): _NO_PYSPARK,
+    ("state/offsets.py", "delta.tables"): _NO_PYSPARK,
+    ("state/offsets.py", "pyspark.sql"): _NO_PYSPARK,
+    ("spark/datasource.py", "pipelines.spark.sink"): f"{_PER_QUERY}: a reading query never writes",
+    ("spark/reader.py", "pipelines.spark.schemas"): f"{_PER_QUERY}: fastavro and co. for schema=auto only",
+    ("spark/reader.py", "pipelines.state.offsets"): f"{_PER_QUERY}: deltalake for offsetStore only",
+    ("spark/reader.py", "pyarrow.compute"): f"{_PER_QUERY}: for rows of corrupt entries only",
+    ("spark/planner.py", "pyarrow.compute"): f"{_PER_QUERY}: for maxBytesPerTrigger only",
+}
+
 
 def imports(path: Path, *, nested: bool = False) -> set[str]:
     """The modules a file imports when it is imported; with ``nested`` also inside functions."""
@@ -31,6 +52,47 @@ def imports(path: Path, *, nested: bool = False) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
     return names
+
+
+def nested_imports(path: Path) -> set[str]:
+    """The modules a file imports inside functions (or any other nested block)."""
+    tree = ast.parse(path.read_text())
+    top = {id(node) for node in tree.body}
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in top:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_imports_stay_at_the_top_but_the_listed_ones() -> None:
+    found = {
+        (path.relative_to(PACKAGE).as_posix(), name)
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for name in nested_imports(path)
+    }
+    assert sorted(found - NESTED_IMPORTS.keys()) == [], "an import inside a function needs a listed reason"
+    assert sorted(NESTED_IMPORTS.keys() - found) == [], "a listed nested import is gone: drop its entry"
+
+
+def test_the_streaming_source_process_loads_only_what_reading_needs() -> None:
+    """What the process Spark starts for a streaming query imports with the data source."""
+    probe = (
+        "import sys\n"
+        "import pipelines.spark.datasource\n"
+        "heavy = ('pipelines.spark.sink', 'pipelines.spark.schemas', 'pipelines.state.offsets',\n"
+        "         'deltalake', 'fastavro', 'pyarrow.compute')\n"
+        "print('LOADED', sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "LOADED []", proc.stdout + proc.stderr
 
 
 def test_only_the_spark_modules_import_pyspark_at_import_time() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from pipelines.options.client import client_settings
 from pipelines.spark.planner import Planner, TopicSelector
 from pipelines.spark.reader import PulsarStreamReader, gap_after
 from pipelines.state.positions import Offsets, Position
+from pulsarwire import TopicNotFound
 from pulsarwire.broker import Broker
 from pulsarwire.codec.message_id import MessageId
 
@@ -280,3 +282,115 @@ def test_available_now_plans_the_next_batch_while_this_one_runs(
     finally:
         reader.stop()
         planner.close()
+
+
+class _SlowWatchers:
+    """A client whose zero-permit consumers answer only once ``n`` of them ask at the same time."""
+
+    def __init__(self, n: int, missing: str | None = None) -> None:
+        self.together = threading.Barrier(n, timeout=10)
+        self.missing = missing
+        self.closed: list[str] = []
+
+    def subscribe(self, topic: str, subscription: str, **kw: Any) -> Any:
+        if topic == self.missing:
+            raise TopicNotFound(f"{topic} is gone")
+        self.together.wait()  # every partition's lookup and subscription is in flight at once
+        return _SlowWatcher(self, topic)
+
+    def close(self) -> None:
+        pass
+
+
+class _SlowWatcher:
+    def __init__(self, client: _SlowWatchers, topic: str) -> None:
+        self.client, self.name = client, topic
+
+    def topic(self) -> str:
+        return self.name
+
+    def get_last_message_id(self) -> MessageId:
+        self.client.together.wait()
+        return MessageId(7, int(self.name.rsplit("-", 1)[1]), 3)
+
+    def close(self) -> None:
+        self.client.closed.append(self.name)
+
+
+def test_per_partition_questions_are_asked_at_once() -> None:
+    parts = [f"persistent://public/default/t-partition-{i}" for i in range(5)]
+    planner = Planner(client_settings({"service.url": "pulsar://localhost:6650"}), TopicSelector())
+    fake = _SlowWatchers(len(parts))
+    planner._client = fake
+    try:
+        # one after another, the first subscription would wait for the others forever
+        assert planner.latest(parts) == Offsets({tp: Position(7, i, -1) for i, tp in enumerate(parts)})
+        assert planner.latest(reversed(parts)) == planner.latest(parts)  # the consumers are kept
+    finally:
+        planner.close()
+    assert sorted(fake.closed) == parts
+    assert planner._pool is None
+    assert not [t for t in threading.enumerate() if t.name.startswith("pipelines-plan")]
+
+
+def test_a_failed_lookup_among_many_raises_as_alone() -> None:
+    parts = [f"persistent://public/default/t-partition-{i}" for i in range(4)]
+    planner = Planner(client_settings({"service.url": "pulsar://localhost:6650"}), TopicSelector())
+    fake = _SlowWatchers(len(parts) - 1, missing=parts[2])
+    planner._client = fake
+    with pytest.raises(TopicNotFound, match="t-partition-2 is gone"):
+        planner.latest(parts)
+    planner.close()
+    # the partitions that were subscribed are closed with the planner
+    assert sorted(fake.closed) == [parts[0], parts[1], parts[3]]
+
+
+def test_available_now_asks_the_broker_once_and_keeps_one_client(
+    broker: Broker, produce: Any, topic_name: str
+) -> None:
+    produce(broker.service_url, topic_name, [b"m"] * 20, batching_max_messages=5)
+    options = {"service.url": broker.service_url, "topic": topic_name, "startingOffsets": "earliest"}
+    reader = PulsarStreamReader(options, None)  # type: ignore[arg-type]
+    try:
+        reader.prepareForTriggerAvailableNow()
+        planner = reader.planner
+        client = planner.client
+        asked: list[str] = []
+        planner.partitions = lambda: asked.append("partitions") or []  # type: ignore[method-assign]
+        planner.latest = lambda parts: asked.append("latest") or Offsets()  # type: ignore[method-assign]
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert reader.latestOffset(end, ReadAllAvailable()) == end  # nothing past the target
+        reader.commit(end)
+        assert asked == []  # the target fixed when the query started answers every trigger
+        assert reader.planner is planner and planner.client is client
+        assert Offsets.from_dict(end) == reader._target
+    finally:
+        reader.stop()
+    assert reader._planner is None and planner._client is None  # closed when the query stops
+
+
+class _Backlog:
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def backlog(self) -> dict[str, int]:
+        self.asked += 1
+        return {"a": 3, "b": 5}
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_lag_line_asks_the_broker_only_when_it_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    options = {"service.url": "pulsar://localhost:6650", "topic": "t"}
+    reader = PulsarStreamReader(options, None)  # type: ignore[arg-type]
+    fake = _Backlog()
+    reader._planner = fake  # type: ignore[assignment]
+    with caplog.at_level(logging.WARNING, logger="pipelines.spark.reader"):
+        reader._report_lag(Offsets())
+    assert fake.asked == 0
+    with caplog.at_level(logging.INFO, logger="pipelines.spark.reader"):
+        reader._report_lag(Offsets())
+    assert fake.asked == 1
+    assert "uncommitted messages per partition min/avg/max 3/4.0/5" in caplog.text
