@@ -265,7 +265,10 @@ class _MetadataSink:
 
 class _RawSink:
     """Collects each entry's metadata bytes, parsed only to be checked (for :func:`split_batch_raw`):
-    bytes are no work for the garbage collector, a parsed message is one object more per entry."""
+    bytes are no work for the garbage collector, a parsed message is one object more per entry.
+    A run's payload sizes are read as one column where that is exact (see :class:`_ColumnSink`):
+    even objects dropped at once count, as a burst of them sets off young collections, which
+    promote whatever else is alive then (the messages waiting in a receive queue)."""
 
     def __init__(self) -> None:
         self.raw: list[bytes] = []
@@ -277,7 +280,11 @@ class _RawSink:
         parsed = _parse_run(mds)
         if parsed is None:
             return 0
-        taken = _leading_with_size(list(parsed[1].entries), size)
+        cols = _exact_columns(mds, *parsed)  # the sizes as one column: no object per entry
+        if cols is not None and list(cols.payload_size).count(size) == len(mds):
+            taken = len(mds)
+        else:
+            taken = _leading_with_size(list(parsed[1].entries), size)
         self.raw += mds[:taken]
         return taken
 
