@@ -35,7 +35,7 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import InvalidConfigurationError
 from pulsarwire.proto import pb
 
-from .message import Message, Position
+from .message import Position
 
 T = pb.BaseCommand
 SubType = pb.CommandSubscribe.SubType
@@ -45,9 +45,11 @@ MAX_GROUPED = 1000
 AckKind = Literal["individual", "cumulative", "negative"]
 #: an entry's (ledger_id, entry_id)
 Entry = tuple[int, int]
-#: an ack made on another thread: an individual one by the Message itself (nothing allocated per
-#: ack: the garbage collector's work grows with every object made), the others by kind and id
-ThreadAck = Message | tuple[AckKind, MessageId]
+#: an ack made on another thread: an individual one by the message's position (nothing allocated
+#: per ack, and nothing the garbage collector follows kept waiting: the collector's work grows
+#: with every object made and with every one that outlives a young collection), the others by
+#: kind and id
+ThreadAck = Position | tuple[AckKind, MessageId]
 #: a batch's acked indexes as Pulsar's ack_set (bit set = unacked); None: the whole entry
 AckSet = list[int] | None
 

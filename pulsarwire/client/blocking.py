@@ -1148,8 +1148,8 @@ class Consumer(_Receiving):
         if core.closed or self._client._stopped:
             raise AlreadyClosedError("consumer is closed")
         owner = core.owner_of(message)
-        if isinstance(message, Message):  # individual: by the Message, which need not make its id
-            ack: ThreadAck = message if kind == "individual" else (kind, message.message_id())
+        if isinstance(message, Message):  # individual: by its position, which need not make its id
+            ack: ThreadAck = message._pos if kind == "individual" else (kind, message.message_id())
         else:
             ack = (kind, message)
         if owner.acks.from_thread(ack):

@@ -31,12 +31,12 @@ import functools
 import itertools
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pulsarwire.codec.batch import BatchColumns, as_text, key_bytes, split_batch_columns
 from pulsarwire.codec.chunks import is_chunk
-from pulsarwire.codec.entry import EntryMessage, uncompressed_payload
+from pulsarwire.codec.entry import uncompressed_payload
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
     CorruptMessageError,
@@ -441,14 +441,15 @@ class _ColumnReader(PartitionConsumer):
         self,
         base: MessageId,
         md: pb.MessageMetadata,
-        messages: list[EntryMessage],
+        singles: Sequence[bytes | None],
+        payloads: list[bytes],
         keep: set[int] | None,
         batch_size: int,
         redelivery_count: int,
     ) -> None:
         if self.first_entry is None:
             self.first_entry = (base.ledger_id, base.entry_id)
-        super()._deliver_entry(base, md, messages, keep, batch_size, redelivery_count)
+        super()._deliver_entry(base, md, singles, payloads, keep, batch_size, redelivery_count)
         end = self.end
         if not self.finished and (base.ledger_id, base.entry_id) >= (end.ledger_id, end.entry_id):
             self.finished = True  # the end entry is through, even if all of it was before the start
@@ -487,13 +488,15 @@ class _ColumnReader(PartitionConsumer):
         self,
         md: pb.MessageMetadata,
         positions: list[Position],
-        entries: list[EntryMessage],
+        singles: Sequence[bytes | None],
+        payloads: list[bytes],
         redelivery_count: int,
         *,
         chunked: MessageId | None = None,
     ) -> None:
-        for pos, m in zip(positions, entries, strict=True):
-            self._add_row(chunked or MessageId(*pos), md, m.single, m.payload)
+        parse = pb.SingleMessageMetadata.FromString
+        for pos, single, payload in zip(positions, singles, payloads, strict=True):
+            self._add_row(chunked or MessageId(*pos), md, None if single is None else parse(single), payload)
 
     def _add_row(
         self,

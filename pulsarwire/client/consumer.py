@@ -52,12 +52,12 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from itertools import compress
+from itertools import compress, repeat
 from typing import TYPE_CHECKING, Any, cast
 
 from pulsarwire.codec.batch import unacked_indexes
 from pulsarwire.codec.chunks import EVICTED, EXPIRED, ChunkReassembler, is_chunk
-from pulsarwire.codec.entry import EntryMessage, open_entry
+from pulsarwire.codec.entry import unpack_entry
 from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, new_command
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import (
@@ -92,6 +92,8 @@ from .message import Message, Position, position_of
 from .redelivery import RedeliveryTimers
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pulsarwire.io.connection import Connection
 
     from .context import ClientContext, DeadLetterProducer
@@ -350,20 +352,21 @@ class PartitionConsumer(Handler):
             mid = MessageId(base.ledger_id, base.entry_id, self.partition, first_chunk_message_id=first)
             self.consumed(len(done.chunk_ids) - 1)
             self._chunk_ids[_entry(mid)] = done.chunk_ids
-            whole = [EntryMessage(-1, None, done.payload)]
-            self._deliver(done.metadata, [position_of(mid)], whole, ev.redelivery_count, chunked=mid)
+            self._deliver(
+                done.metadata, [position_of(mid)], [None], [done.payload], ev.redelivery_count, chunked=mid
+            )
             return
         try:
-            messages = open_entry(md, ev.payload.payload, self._max_uncompressed())
-            keep = set(unacked_indexes(ev.ack_set, len(messages))) if ev.ack_set else None
-            mine = self.acks.still_unacked((base.ledger_id, base.entry_id), len(messages))
+            singles, payloads = unpack_entry(md, ev.payload.payload, self._max_uncompressed())
+            keep = set(unacked_indexes(ev.ack_set, len(payloads))) if ev.ack_set else None
+            mine = self.acks.still_unacked((base.ledger_id, base.entry_id), len(payloads))
             if mine is not None:  # acked, the ack not sent yet: those are no news
                 keep = mine if keep is None else keep & mine
         except PulsarWireError as exc:
             self._corrupt(entry_id, exc, self._permits_of(md), ev.payload.entry)
             return
-        batch_size = len(messages) if md.HasField("num_messages_in_batch") else 0
-        self._deliver_entry(base, md, messages, keep, batch_size, ev.redelivery_count)
+        batch_size = len(payloads) if md.HasField("num_messages_in_batch") else 0
+        self._deliver_entry(base, md, singles, payloads, keep, batch_size, ev.redelivery_count)
 
     def _max_uncompressed(self) -> int:
         """The largest payload an entry may decompress to: the configured ``max_message_size``, or
@@ -450,26 +453,34 @@ class PartitionConsumer(Handler):
         self,
         base: MessageId,
         md: pb.MessageMetadata,
-        messages: list[EntryMessage],
+        singles: Sequence[bytes | None],
+        payloads: list[bytes],
         keep: set[int] | None,
         batch_size: int,
         redelivery_count: int,
     ) -> None:
-        """The messages of one entry, minus acked indexes and those before the start position."""
+        """The messages of one entry (each one's serialized metadata, None when not batched, and
+        payload), minus acked indexes and those before the start position."""
         ledger, entry, partition = base.ledger_id, base.entry_id, self.partition
-        # One comprehension per entry, no object per message beyond its position and Message:
+        # A few comprehensions per entry, no object per message beyond its position and Message:
         # this runs for every message received.
-        kept = messages if keep is None else [m for m in messages if m.batch_index in keep]
+        count = len(payloads)
+        indexes: Sequence[int] = range(count) if batch_size else [-1] * count
+        if keep is not None:
+            wanted = [i in keep for i in indexes]
+            indexes = list(compress(indexes, wanted))
+            singles, payloads = list(compress(singles, wanted)), list(compress(payloads, wanted))
         if batch_size:
-            positions = [(ledger, entry, partition, m.batch_index, batch_size) for m in kept]
+            positions = [(ledger, entry, partition, i, batch_size) for i in indexes]
         else:
-            positions = [(ledger, entry, partition, -1, 0)] * len(kept)
+            positions = [(ledger, entry, partition, -1, 0)] * len(indexes)
         if self._start is not None:  # in order: the first one past the start ends the filtering
             wanted = [not self._skip(MessageId(*pos)) for pos in positions]
-            positions, kept = list(compress(positions, wanted)), list(compress(kept, wanted))
-        skipped = len(messages) - len(kept)
-        if kept:
-            self._deliver(md, positions, kept, redelivery_count)
+            positions = list(compress(positions, wanted))
+            singles, payloads = list(compress(singles, wanted)), list(compress(payloads, wanted))
+        skipped = count - len(payloads)
+        if payloads:
+            self._deliver(md, positions, singles, payloads, redelivery_count)
         if skipped:
             self.consumed(skipped)
 
@@ -477,19 +488,28 @@ class PartitionConsumer(Handler):
         self,
         md: pb.MessageMetadata,
         positions: list[Position],
-        entries: list[EntryMessage],
+        singles: Sequence[bytes | None],
+        payloads: list[bytes],
         redelivery_count: int,
         *,
         chunked: MessageId | None = None,
     ) -> None:
-        """Unpacked messages of one entry at ``positions``, in order, or the one message ``chunked``
-        (its id names the first chunk too): queued as Messages together, a waiter woken once (the
-        bulk reader overrides this to fill columns)."""
-        topic = self.topic
-        msgs = [
-            Message(m.payload, pos, topic, md, m.single, redelivery_count, chunked)
-            for pos, m in zip(positions, entries, strict=True)
-        ]
+        """Unpacked messages of one entry at ``positions`` (their serialized metadata and payloads,
+        parallel lists), in order, or the one message ``chunked`` (its id names the first chunk
+        too): queued as Messages together, a waiter woken once (the bulk reader overrides this to
+        fill columns)."""
+        msgs = list(
+            map(
+                Message,
+                payloads,
+                positions,
+                repeat(self.topic),
+                repeat(md),
+                singles,
+                repeat(redelivery_count),
+                repeat(chunked),
+            )
+        )
         policy = self.config.dead_letter_policy
         if policy is not None and redelivery_count >= policy.max_redeliver_count:
             # As the Java client: still delivered; if it fails once more it goes to the DLQ instead.
@@ -590,8 +610,8 @@ class PartitionConsumer(Handler):
             run: list[Position] = []  # individual acks in a row, applied together
             for _ in range(len(waiting)):  # only the loop pops: that many are there
                 ack = waiting.popleft()
-                if isinstance(ack, Message):  # an individual ack of a Message
-                    run.append(ack._pos)
+                if len(ack) == 5:  # an individual ack of a Message: its position
+                    run.append(ack)
                     continue
                 kind, mid = ack
                 if kind == "individual":

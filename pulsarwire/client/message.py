@@ -8,7 +8,11 @@ setters: it is immutable by convention, compared by identity.
 For the same reason a message knows its place as a :data:`Position` tuple and makes its
 :class:`~pulsarwire.codec.message_id.MessageId` (a frozen dataclass) only when asked: receiving
 and acknowledging a message (by the Message) never needs one — acks of messages travel as
-positions (:func:`position_of` turns an id into one).
+positions (:func:`position_of` turns an id into one). A batched message's own metadata (a
+SingleMessageMetadata) comes as its bytes, checked when the batch was split, and is parsed the
+first time an accessor needs it: a parsed protobuf message is an object the garbage collector
+follows, and messages waiting in a receive queue outlive young collections, so each one costs a
+full collection its share.
 """
 
 from __future__ import annotations
@@ -37,19 +41,27 @@ class Message:
         position: Position,
         topic: str,
         metadata: pb.MessageMetadata,
-        single: pb.SingleMessageMetadata | None,
+        single: bytes | None,
         redelivery_count: int,
         message_id: MessageId | None = None,
     ) -> None:
-        """``message_id``: the id when it says more than ``position`` (a chunked message's first chunk);
+        """``single``: the serialized SingleMessageMetadata of a batched message (None otherwise).
+        ``message_id``: the id when it says more than ``position`` (a chunked message's first chunk);
         otherwise made from ``position`` when first asked for."""
         self._data = data
         self._pos = position
         self._id = message_id
         self._topic = topic
         self._metadata = metadata
-        self._single = single
+        self._single: bytes | pb.SingleMessageMetadata | None = single  # parsed on first use
         self._redelivery_count = redelivery_count
+
+    def _own_metadata(self) -> pb.SingleMessageMetadata | None:
+        """The batched message's own metadata, parsed on first use (None when not batched)."""
+        single = self._single
+        if isinstance(single, bytes):  # two threads may both parse it: equal messages, either kept
+            single = self._single = pb.SingleMessageMetadata.FromString(single)
+        return single
 
     def data(self) -> bytes:
         """The payload bytes."""
@@ -72,19 +84,20 @@ class Message:
 
     def properties(self) -> dict[str, str]:
         """The application-defined properties, as strings."""
-        src = self._single.properties if self._single is not None else self._metadata.properties
+        s = self._own_metadata()
+        src = s.properties if s is not None else self._metadata.properties
         return {as_text(kv.key): as_text(kv.value) for kv in src}
 
     def partition_key(self) -> str:
         """The message key (empty when it has none)."""
-        s = self._single
+        s = self._own_metadata()
         if s is not None:
             return as_text(s.partition_key) if s.HasField("partition_key") else ""
         return as_text(self._metadata.partition_key)
 
     def ordering_key(self) -> bytes:
         """The ordering key (empty when it has none)."""
-        s = self._single
+        s = self._own_metadata()
         if s is not None:  # a batched message has its own key or none (never the batch's first)
             return s.ordering_key if s.HasField("ordering_key") else b""
         return self._metadata.ordering_key
@@ -95,7 +108,7 @@ class Message:
 
     def event_timestamp(self) -> int:
         """The event time the producer set, in ms since the epoch (0 when none)."""
-        s = self._single
+        s = self._own_metadata()
         if s is not None and s.event_time:
             return int(s.event_time)
         return int(self._metadata.event_time)
@@ -110,14 +123,14 @@ class Message:
 
     def sequence_id(self) -> int:
         """The producer's sequence id of this message."""
-        s = self._single
+        s = self._own_metadata()
         if s is not None and s.HasField("sequence_id"):
             return int(s.sequence_id)
         return int(self._metadata.sequence_id) + max(self._pos[3], 0)
 
     def has_null_value(self) -> bool:
         """Whether the producer sent a null value (a tombstone on compacted topics)."""
-        s = self._single
+        s = self._own_metadata()
         if s is not None:
             return bool(s.null_value)
         return bool(self._metadata.null_value)

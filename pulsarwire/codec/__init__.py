@@ -16,7 +16,7 @@ from pulsarwire.codec.batch import (
 )
 from pulsarwire.codec.chunks import ChunkedMessage, ChunkReassembler, DroppedChunks, is_chunk
 from pulsarwire.codec.compression import compress, decompress
-from pulsarwire.codec.entry import EntryMessage, open_entry, uncompressed_payload
+from pulsarwire.codec.entry import EntryMessage, open_entry, uncompressed_payload, unpack_entry
 from pulsarwire.codec.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,
     FRAME_PADDING,
@@ -76,4 +76,5 @@ __all__ = [
     "sub_command",
     "unacked_indexes",
     "uncompressed_payload",
+    "unpack_entry",
 ]

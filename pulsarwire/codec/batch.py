@@ -22,7 +22,8 @@ raised there) and starts the next guess; after a short run the rest of the batch
 decoded one by one. :func:`split_batch_columns` walks the batch the same way but
 reads the metadata fields column by column from one more parse of the metadata
 concatenated, where that provably gives each entry's own values (see
-:class:`_ColumnSink`).
+:class:`_ColumnSink`); :func:`split_batch_raw` checks the same way and keeps each
+entry's metadata as its bytes.
 
 Batch-index acks use ``ack_set``: a little-endian array of int64 words where
 bit i set means message i is *still unacknowledged* (Java BitSet.toLongArray).
@@ -107,6 +108,16 @@ def split_batch(data: Buffer, count: int) -> tuple[list[pb.SingleMessageMetadata
     sink = _MetadataSink()
     payloads = _split(data, count, sink)
     return sink.metas, payloads
+
+
+def split_batch_raw(data: Buffer, count: int) -> tuple[list[bytes], list[bytes]]:
+    """The ``count`` entries of a batch payload as parallel lists of serialized metadata and
+    payloads: checked as :func:`split_batch` checks them (same errors), the metadata left as
+    bytes for whoever needs it to parse (a consumer's message, when asked for its properties).
+    """
+    sink = _RawSink()
+    payloads = _split(data, count, sink)
+    return sink.raw, payloads
 
 
 def split_batch_columns(data: Buffer, count: int) -> BatchColumns:
@@ -249,6 +260,32 @@ class _MetadataSink:
         entries = list(parsed[1].entries)
         taken = _leading_with_size(entries, size)
         self.metas += entries[:taken]
+        return taken
+
+
+class _RawSink:
+    """Collects each entry's metadata bytes, parsed only to be checked (for :func:`split_batch_raw`):
+    bytes are no work for the garbage collector, a parsed message is one object more per entry.
+    A run's payload sizes are read as one column where that is exact (see :class:`_ColumnSink`):
+    even objects dropped at once count, as a burst of them sets off young collections, which
+    promote whatever else is alive then (the messages waiting in a receive queue)."""
+
+    def __init__(self) -> None:
+        self.raw: list[bytes] = []
+
+    def add(self, smm: pb.SingleMessageMetadata, md: bytes) -> None:
+        self.raw.append(md)
+
+    def take_run(self, mds: list[bytes], size: int) -> int:
+        parsed = _parse_run(mds)
+        if parsed is None:
+            return 0
+        cols = _exact_columns(mds, *parsed)  # the sizes as one column: no object per entry
+        if cols is not None and list(cols.payload_size).count(size) == len(mds):
+            taken = len(mds)
+        else:
+            taken = _leading_with_size(list(parsed[1].entries), size)
+        self.raw += mds[:taken]
         return taken
 
 

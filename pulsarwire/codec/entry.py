@@ -4,16 +4,20 @@ An entry is either a single message or a batch; either may be compressed.
 :func:`open_entry` decompresses (bounded by ``max_uncompressed_size``) and
 splits a batch into its messages. The result keeps per-message metadata so
 callers can build client messages, Arrow columns or broker-side views.
+:func:`unpack_entry` does the same with nothing made per message but its payload
+and its metadata bytes (the consumer's hot path: a message parses its metadata
+only when asked for what it holds).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import repeat
 from typing import NamedTuple
 
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from pulsarwire.codec.batch import is_batch, split_batch
+from pulsarwire.codec.batch import is_batch, split_batch, split_batch_raw
 from pulsarwire.codec.compression import decompress
 from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE
 from pulsarwire.errors import UnknownCompressionError
@@ -61,3 +65,14 @@ def open_entry(
     # per message, the largest cost left on this path.
     fields = zip(range(len(metas)), metas, payloads, strict=True)
     return list(map(tuple.__new__, repeat(EntryMessage), fields))
+
+
+def unpack_entry(
+    md: pb.MessageMetadata, payload: bytes, max_uncompressed_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> tuple[Sequence[bytes | None], list[bytes]]:
+    """:func:`open_entry` as two parallel lists: each message's serialized SingleMessageMetadata
+    (None when not batched; checked, not kept parsed) and its payload. Same errors."""
+    data = uncompressed_payload(md, payload, max_uncompressed_size)
+    if not is_batch(md):
+        return [None], [data]
+    return split_batch_raw(data, md.num_messages_in_batch)

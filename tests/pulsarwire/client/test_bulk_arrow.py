@@ -313,7 +313,7 @@ def test_entries_past_the_end_are_dropped_unopened_with_their_permits(
     assert_same_reads(*read_both(entries, end))
 
     opened: list[int] = []  # the entries either path decompresses, by message count
-    for module, name in ((bulk, "uncompressed_payload"), (consumer, "open_entry")):
+    for module, name in ((bulk, "uncompressed_payload"), (consumer, "unpack_entry")):
         real = getattr(module, name)
 
         def counting(md: pb.MessageMetadata, *args: Any, _real: Any = real) -> Any:
@@ -343,7 +343,7 @@ def test_a_property_that_is_not_utf8_reads_with_replacement_characters_on_both_p
     assert_same_reads(columns, messages)
     rows = columns.rows.to_batch(TOPIC, 3).to_pylist()
     assert [r["properties"] for r in rows] == [[("p", "\ufffdALUE")]] * 4
-    single = pb.SingleMessageMetadata.FromString(raw[4 : 4 + U32.unpack_from(raw)[0]])
+    single = raw[4 : 4 + U32.unpack_from(raw)[0]]
     msg = Message(b"x" * 5, MessageId(7, 0), TOPIC, md, single, 0)
     assert msg.properties() == {"p": "\ufffdALUE"}
 

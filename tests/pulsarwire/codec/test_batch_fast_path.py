@@ -1,6 +1,7 @@
 """The batch decoder's fast paths give exactly what decoding one entry at a time gives.
 
 ``split_batch`` guesses runs of same-shape entries and parses their metadata in one call;
+``split_batch_raw`` checks the same way and keeps each entry's metadata bytes;
 ``split_batch_columns`` also reads fields column by column from one parse of the concatenated
 metadata. The judge is the same decoder with guessing switched off (every entry decoded on
 its own, the decoder before the fast paths) and, for columns, a plain per-entry reading of
@@ -24,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pulsarwire.codec import batch
-from pulsarwire.codec.batch import BatchColumns, key_bytes, split_batch, split_batch_columns
+from pulsarwire.codec.batch import BatchColumns, key_bytes, split_batch, split_batch_columns, split_batch_raw
 from pulsarwire.errors import BatchEntryError, PulsarWireError
 from pulsarwire.proto import pb
 from tests.helpers.examples import examples
@@ -74,9 +75,11 @@ def assert_same_as_one_by_one(data: bytes, count: int) -> None:
         judged = outcome(lambda: split_batch(data, count))
     fast = outcome(lambda: split_batch(data, count))
     columns = outcome(lambda: split_batch_columns(data, count))
+    raw = outcome(lambda: split_batch_raw(data, count))
     if judged[0] != "ok":
         assert fast == judged
         assert columns == judged
+        assert raw == judged
         return
     metas, payloads = judged[1]
     assert fast[0] == "ok"
@@ -86,6 +89,11 @@ def assert_same_as_one_by_one(data: bytes, count: int) -> None:
     # Same bytes too: unknown fields and presence survive the one-call parse.
     assert [m.SerializePartialToString() for m in fast_metas] == [m.SerializePartialToString() for m in metas]
     assert columns == ("ok", reference_columns(metas, payloads))
+    assert raw[0] == "ok"
+    raw_metas, raw_payloads = raw[1]
+    assert raw_payloads == payloads
+    parsed = [pb.SingleMessageMetadata.FromString(m) for m in raw_metas]
+    assert [m.SerializePartialToString() for m in parsed] == [m.SerializePartialToString() for m in metas]
 
 
 # ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from pulsarwire.codec import (
     new_command,
     open_entry,
     unacked_indexes,
+    unpack_entry,
 )
 from pulsarwire.proto import pb
 from tests.helpers.examples import examples
@@ -377,6 +378,10 @@ def test_batch_round_trip_through_compression_and_open_entry(
     assert frame is not None and frame.payload is not None
     messages = open_entry(frame.payload.metadata, frame.payload.payload, len(raw))
     assert messages == [EntryMessage(i, s, p) for i, (s, p) in enumerate(expected)]
+    singles, payloads = unpack_entry(frame.payload.metadata, frame.payload.payload, len(raw))
+    assert payloads == [p for _, p in expected]
+    parsed = [None if s is None else pb.SingleMessageMetadata.FromString(s) for s in singles]
+    assert parsed == [s for s, _ in expected]
 
 
 @pytest.mark.parametrize("codec", ALL_CODECS, ids=CODEC_IDS)
@@ -387,6 +392,7 @@ def test_single_message_entry_round_trip(codec: int, payload: bytes) -> None:
     md.compression = codec  # type: ignore[assignment]
     md.uncompressed_size = len(payload)
     assert open_entry(md, compress(codec, payload), len(payload)) == [EntryMessage(-1, None, payload)]
+    assert unpack_entry(md, compress(codec, payload), len(payload)) == ([None], [payload])
 
 
 # ---------------------------------------------------------------------------
