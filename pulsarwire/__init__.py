@@ -104,6 +104,9 @@ if TYPE_CHECKING:
         Producer,
         Reader,
     )
+    from pulsarwire.client.bulk import (
+        CORRUPT_REASON,
+    )
     from pulsarwire.client.message import (
         Message,
     )
@@ -140,6 +143,7 @@ _LAZY = {
     "Producer": "pulsarwire.client.blocking",
     "Reader": "pulsarwire.client.blocking",
     "Message": "pulsarwire.client.message",
+    "CORRUPT_REASON": "pulsarwire.client.bulk",
     "SendArrowResult": "pulsarwire.client.producer",
     "Authentication": "pulsarwire.client.auth",
     "AuthenticationBasic": "pulsarwire.client.auth",
@@ -154,6 +158,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "CORRUPT_REASON",
     "AlreadyClosedError",
     "ArrowColumnError",
     "ArrowValueError",

@@ -93,9 +93,9 @@ from pipelines.spark.planner import (
 )
 from pipelines.spark.split import split_ranges
 from pipelines.state.positions import Offsets, Position, partition_of
+from pulsarwire import CORRUPT_REASON as BULK_REASON
 from pulsarwire import CorruptMessageError as CorruptEntry
 from pulsarwire import MessageId, OperationTimeoutError
-from pulsarwire.client.bulk import CORRUPT_REASON as BULK_REASON
 
 log = logging.getLogger("pipelines.spark.reader")
 

@@ -123,6 +123,19 @@ def test_no_module_outside_spark_imports_the_spark_modules_at_import_time() -> N
     assert offenders == []
 
 
+def test_pipelines_uses_only_the_public_api_of_pulsarwire() -> None:
+    """STYLE 6: pipelines reaches pulsarwire through ``import pulsarwire`` names only, never its
+    submodules (the client's internals may change without pipelines noticing)."""
+    offenders = [
+        f"pipelines/{path.relative_to(PACKAGE).as_posix()}: {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for name in sorted(imports(path, nested=True))
+        if name.startswith("pulsarwire.")
+    ]
+    assert offenders == []
+    assert "pulsarwire" in imports(PACKAGE / "spark" / "sink.py")  # not vacuous
+
+
 def test_pulsarwire_never_imports_pyspark() -> None:
     offenders = [
         str(path.relative_to(ROOT))
