@@ -14,8 +14,9 @@
   ``maxMessagesPerTrigger`` / ``maxBytesPerTrigger`` (:meth:`Planner.advance`).
   A question about every partition (their consumers' lookups and subscriptions, the
   last messages, the backlog, a release) is asked of all partitions at once, from a
-  few threads sharing the one client (:meth:`Planner._each`): planning a trigger takes
-  about one round trip to the broker per question, not one per partition.
+  few threads sharing the one client (:class:`~pipelines.parallel.ParallelCalls`):
+  planning a trigger takes about one round trip to the broker per question, not one
+  per partition.
 * The backlog-holding subscription: with a ``subscriptionName`` the planner keeps
   a durable, zero-permit consumer per topic-partition. It never receives
   messages; it answers GET_LAST_MESSAGE_ID and the backlog count, and it is
@@ -37,16 +38,16 @@ import hashlib
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Generator, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from pipelines.errors import CorruptMessageError, MissingTopicError, OptionError, PipelinesError
 from pipelines.options.bound import Bound
 from pipelines.options.client import ClientSettings
 from pipelines.options.grammar import Spec, duration_ms
 from pipelines.options.source import SourceOptions
+from pipelines.parallel import ParallelCalls
 from pipelines.state.positions import Offsets, Position, partition_of
 from pipelines.suggest import closest
 from pulsarwire import (
@@ -62,9 +63,6 @@ from pulsarwire import (
 from pulsarwire import CorruptMessageError as CorruptEntry
 
 log = logging.getLogger("pipelines.spark.reader")
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 #: most requests a planner has in flight at once (threads of its pool)
 MAX_CONCURRENT_REQUESTS = 8
@@ -188,7 +186,8 @@ class Planner:
         self.on_corrupt = on_corrupt
         self.wait_for_topics = wait_for_topics
         self._client: Any = None
-        self._pool: ThreadPoolExecutor | None = None  # per-partition requests at once (_each)
+        #: per-partition requests at once
+        self._calls = ParallelCalls(MAX_CONCURRENT_REQUESTS, "pipelines-plan")
         self._watchers: dict[str, Any] = {}  # topic-partition -> zero-permit consumer
         self._waiting: set[str] = set()  # named topics that do not exist yet (wait_for_topics)
 
@@ -200,9 +199,7 @@ class Planner:
         return self._client
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        self._calls.close()
         for c in self._watchers.values():
             try:
                 c.close()
@@ -213,24 +210,6 @@ class Planner:
             self._client.close()
             self._client = None
 
-    def _each(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
-        """``[fn(x) for x in items]`` with the calls made at once (the client is thread-safe).
-
-        Raises what the first failing call raised, in the order of ``items``, after every
-        call has ended.
-        """
-        todo = list(items)
-        if len(todo) <= 1:
-            return [fn(x) for x in todo]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(MAX_CONCURRENT_REQUESTS, thread_name_prefix="pipelines-plan")
-        futures = [self._pool.submit(fn, x) for x in todo]
-        errors = [f.exception() for f in futures]  # waits for all: none is left running
-        for error in errors:
-            if error is not None:
-                raise error
-        return [f.result() for f in futures]
-
     def _watch(self, partitions: Iterable[str]) -> None:
         """Subscribe the zero-permit consumers ``partitions`` lack, all at once: each answers
         GET_LAST_MESSAGE_ID for its partition (and holds its backlog if durable)."""
@@ -239,7 +218,7 @@ class Planner:
         def watch(tp: str) -> None:  # kept as soon as subscribed, so close() closes it whatever fails
             self._watchers[tp] = self._subscribe(tp)
 
-        self._each(watch, missing)
+        self._calls.each(watch, missing)
 
     def _subscribe(self, tp: str) -> Any:
         durable = self.subscription is not None
@@ -291,7 +270,7 @@ class Planner:
         """The position of the last message of each partition (EARLIEST when it is empty)."""
         parts = list(partitions)
         self._watch(parts)
-        return Offsets(dict(zip(parts, self._each(self._last, parts), strict=True)))
+        return Offsets(dict(zip(parts, self._calls.each(self._last, parts), strict=True)))
 
     def _last(self, tp: str) -> Position:
         pos = Position.of(self._watchers[tp].get_last_message_id())
@@ -304,7 +283,7 @@ class Planner:
         if self.subscription is None:
             return {}
         watched = list(self._watchers.items())
-        counts = self._each(lambda w: sum(w.get_backlog().values()), [w for _, w in watched])
+        counts = self._calls.each(lambda w: sum(w.get_backlog().values()), [w for _, w in watched])
         return {tp: n for (tp, _), n in zip(watched, counts, strict=True)}
 
     def release(self, offsets: Offsets) -> None:
@@ -334,7 +313,7 @@ class Planner:
             # the broker has handled it, so backlog figures read from now on include the release.
             watcher.get_backlog()
 
-        self._each(ack, targets)
+        self._calls.each(ack, targets)
 
     def position_before_time(self, tp: str, time_ms: int) -> Position | None:
         """The position just before the first message of ``tp`` published at or after ``time_ms``.

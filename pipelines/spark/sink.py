@@ -35,7 +35,6 @@ import bisect
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -48,6 +47,7 @@ from pyspark.sql.types import BinaryType, DataType, MapType, StringType, StructT
 from pipelines.errors import OptionError, SinkError, describe
 from pipelines.options.client import ClientSettings
 from pipelines.options.sink import MAX_BATCH_ID, SinkOptions
+from pipelines.parallel import ParallelCalls
 from pipelines.spark.planner import full_topic_name
 from pulsarwire import CompressionType, HashingScheme, ProducerBusy, TopicName, partition_for_key
 
@@ -301,7 +301,7 @@ class _TaskWriter:
         self.outputs: list[_Output] = []
         self.rows = 0
         #: sends to several producers at once (a topic column, or partitions routed here)
-        self.pool: ThreadPoolExecutor | None = None
+        self.calls = ParallelCalls(SEND_THREADS, "pulsarwire-sink")
 
     # -- producers --------------------------------------------------------------
     def _client(self) -> Any:
@@ -381,17 +381,9 @@ class _TaskWriter:
             for target in (self._target(topic),)
             for index, part in self._by_partition(target, send, rows)
         ]
-        if len(groups) == 1:
-            self._send(groups[0][0], send, groups[0][1], start)
-            return
-        # one send per producer, all at once (each waits for its receipts); every one is
-        # waited for before the first failure is raised, so nothing is still sending after it
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="pulsarwire-sink")
-        sends = [self.pool.submit(self._send, out, send, part, start) for out, part in groups]
-        failures = [exc for f in sends if (exc := f.exception()) is not None]
-        if failures:
-            raise failures[0]
+        # one send per producer, all at once (each waits for its receipts); every one ends
+        # before the first failure is raised, so nothing is still sending after it
+        self.calls.each(lambda group: self._send(group[0], send, group[1], start), groups)
 
     def _by_topic(self, rb: pa.RecordBatch, start: int) -> list[tuple[str, _Rows]]:
         """The rows of ``rb`` by target topic (full name, however the rows spell it), in order of
@@ -470,17 +462,17 @@ class _TaskWriter:
                 batch = batch.append_column(
                     "sequence_id", pc.add(rows, pa.scalar(self.base + start, pa.int64()))
                 )
+        last = start + (total - 1 if rows is None else rows[-1].as_py())  # the task's last row sent
         try:
             result = out.producer.send_arrow(batch, **kw)
         except Exception as exc:
-            last = start + (total - 1 if rows is None else rows[-1].as_py())
             raise SinkError(
                 f"rows {start + first} to {last} could not be sent (Spark partition {self.partition_id}) "
                 f"to {out.topic}: {describe(exc)}"
             ) from exc
         out.sent += result.count
         if self.base is not None:
-            out.last_sent = self.base + start + (total - 1 if rows is None else rows[-1].as_py())
+            out.last_sent = self.base + last
 
     def _columns(self, rb: pa.RecordBatch, start: int) -> pa.RecordBatch:
         """The checked columns of ``rb`` under ``send_arrow``'s names: value, key (a string),
@@ -551,8 +543,7 @@ class _TaskWriter:
         return PulsarCommitMessage(self.partition_id, self.batch_id, topics)
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
+        self.calls.close()
         if self.client is None:
             return
         try:

@@ -329,7 +329,7 @@ def test_per_partition_questions_are_asked_at_once() -> None:
     finally:
         planner.close()
     assert sorted(fake.closed) == parts
-    assert planner._pool is None
+    assert not planner._calls.started
     assert not [t for t in threading.enumerate() if t.name.startswith("pipelines-plan")]
 
 
