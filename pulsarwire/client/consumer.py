@@ -515,7 +515,7 @@ class PartitionConsumer(Handler):
             # As the Java client: still delivered; if it fails once more it goes to the DLQ instead.
             for msg in msgs:
                 self._dlq_candidates[_key(msg.message_id())] = msg
-        self.queue.put_many(self, msgs)
+        self.queue.put_many(msgs)
 
     async def _dead_letter(self, msg: Message, policy: DeadLetterPolicy) -> None:
         """Store ``msg`` on the dead-letter topic, then acknowledge it here (never the other way round)."""

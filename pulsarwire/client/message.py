@@ -11,8 +11,8 @@ and acknowledging a message (by the Message) never needs one — acks of message
 positions (:func:`position_of` turns an id into one). A batched message's own metadata (a
 SingleMessageMetadata) comes as its bytes, checked when the batch was split, and is parsed the
 first time an accessor needs it: a parsed protobuf message is an object the garbage collector
-follows, and messages waiting in a receive queue outlive young collections, so each one costs a
-full collection its share.
+follows, and received messages outlive young collections (waiting in the receive queue, or in
+the list a ``batch_receive`` returns), so each one costs a full collection its share.
 """
 
 from __future__ import annotations

@@ -78,8 +78,8 @@ class MessageQueue:
             with self.ready:
                 self.ready.notify_all()
 
-    def put_many(self, owner: PartitionConsumer, messages: list[Message]) -> None:
-        """Queue ``messages`` (an entry's, in order) of ``owner``; waiters are woken once."""
+    def put_many(self, messages: list[Message]) -> None:
+        """Queue ``messages`` (an entry's, in order); waiters are woken once."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         self._items.extend(messages)
@@ -87,9 +87,7 @@ class MessageQueue:
 
     def put_error(self, error: BaseException) -> None:
         self.errors.append(error)
-        self._changed.set()
-        with self.ready:
-            self.ready.notify_all()
+        self.wake()
 
     def wake(self) -> None:
         """Wake every waiter (closed, end of topic): it looks at the consumer again."""

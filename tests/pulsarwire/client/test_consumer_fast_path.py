@@ -106,7 +106,7 @@ def test_concurrent_takers_get_every_message_once_and_the_loop_settles_each_once
     for e in range(entries):
         msgs = _messages(owners[e % 2], e, per_entry)
         sent += msgs
-        loop.call_soon_threadsafe(queue.put_many, owners[e % 2], msgs)
+        loop.call_soon_threadsafe(queue.put_many, msgs)
         time.sleep(0.0005)  # entries keep arriving while the takers take
     _on(loop, lambda: None)  # every put ran
     done.set()
@@ -124,7 +124,7 @@ def test_a_taker_asks_the_loop_to_settle_after_half_a_receiver_queue(loop: async
     queue = MessageQueue()
     owner = _Owner("a", _Config(10))
     queue.register(owner)
-    _on(loop, queue.put_many, owner, _messages(owner, 1, 8))
+    _on(loop, queue.put_many, _messages(owner, 1, 8))
     for _ in range(4):
         assert queue.take() is not None
     time.sleep(0.05)
@@ -144,8 +144,8 @@ def test_dropped_messages_are_never_handed_out_and_each_is_counted_once(
     a, b = _Owner("a"), _Owner("b")
     queue.register(a)
     queue.register(b)
-    _on(loop, queue.put_many, a, _messages(a, 1, 5))
-    _on(loop, queue.put_many, b, _messages(b, 2, 5))
+    _on(loop, queue.put_many, _messages(a, 1, 5))
+    _on(loop, queue.put_many, _messages(b, 2, 5))
     first = queue.take()
     assert first is not None and first.topic_name() == "a"
     dropped: list[int] = []
