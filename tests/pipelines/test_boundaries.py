@@ -54,6 +54,15 @@ def imports(path: Path, *, nested: bool = False) -> set[str]:
     return names
 
 
+def last_line(code: str) -> str:
+    """The last line ``code`` prints, run in a fresh interpreter (which must exit 0)."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines, proc.stderr
+    return lines[-1]
+
+
 def nested_imports(path: Path) -> set[str]:
     """The modules a file imports inside functions (or any other nested block)."""
     tree = ast.parse(path.read_text())
@@ -88,11 +97,7 @@ def test_the_streaming_source_process_loads_only_what_reading_needs() -> None:
         "         'deltalake', 'fastavro', 'pyarrow.compute')\n"
         "print('LOADED', sorted(m for m in heavy if m in sys.modules))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == "LOADED []", proc.stdout + proc.stderr
+    assert last_line(probe) == "LOADED []"
 
 
 def test_only_the_spark_modules_import_pyspark_at_import_time() -> None:
@@ -156,8 +161,4 @@ def test_validate_and_list_load_no_pyspark(command: list[str]) -> None:
         "loaded = sorted(m for m in sys.modules if spark(m))\n"
         "print('LOADED', loaded, 'EXIT', code)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == "LOADED [] EXIT 0", proc.stdout + proc.stderr
+    assert last_line(probe) == "LOADED [] EXIT 0"
