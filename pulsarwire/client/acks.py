@@ -2,8 +2,8 @@
 
 :class:`AckGroup` holds what the user acknowledged and the broker has not been told yet:
 individual acks by entry, at most one cumulative ack (the furthest), and the acks made on
-other threads (the blocking API: grouped in the caller's thread, individual ones as message
-positions), which wait in a deque until the event loop applies them — at the next flush or
+other threads (the blocking API: grouped in the caller's thread, an individual ack of a Message
+as the Message itself), which wait in a deque until the event loop applies them — at the next flush or
 before a resubscribe, so a reconnect never overtakes an ack; the loop is told once per group
 (:meth:`AckGroup.from_thread`). It is flushed ``ack_group_time_ms`` after the first ack waiting
 (at once when that is 0, or when 1000 entries or 1000 acks from threads wait); the consumer
@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable
+from itertools import groupby
 from typing import Literal
 
 from pulsarwire.codec.batch import ack_set_for, unacked_indexes
@@ -35,7 +36,7 @@ from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import InvalidConfigurationError
 from pulsarwire.proto import pb
 
-from .message import Position
+from .message import DELIVERY_OF, INDEX_OF, Entry, Message
 
 T = pb.BaseCommand
 SubType = pb.CommandSubscribe.SubType
@@ -43,13 +44,12 @@ SubType = pb.CommandSubscribe.SubType
 MAX_GROUPED = 1000
 #: how an ack made on another thread is applied
 AckKind = Literal["individual", "cumulative", "negative"]
-#: an entry's (ledger_id, entry_id)
-Entry = tuple[int, int]
-#: an ack made on another thread: an individual one by the message's position (nothing allocated
-#: per ack, and nothing the garbage collector follows kept waiting: the collector's work grows
-#: with every object made and with every one that outlives a young collection), the others by
-#: kind and id
-ThreadAck = Position | tuple[AckKind, MessageId]
+#: an ack made on another thread: an individual one of a Message by the Message itself (nothing
+#: allocated per ack; the loop reads the acks of a batch as one run), the others by kind and id
+ThreadAck = Message | tuple[AckKind, MessageId]
+#: the individual acks of one entry, in a row: its (ledger_id, entry_id), its batch size (0: not a
+#: batch, the entry is acked whole) and the batch indexes acked
+AckRun = tuple[Entry, int, list[int]]
 #: a batch's acked indexes as Pulsar's ack_set (bit set = unacked); None: the whole entry
 AckSet = list[int] | None
 
@@ -66,6 +66,18 @@ def merge_ack_sets(a: AckSet, b: AckSet) -> AckSet:
     if a is None or b is None:
         return None
     return [x & y for x, y in zip(a, b, strict=False)]
+
+
+def runs_of_messages(messages: Iterable[Message]) -> list[AckRun]:
+    """Individual acks of ``messages`` (in the order acked) as runs, one per delivered entry in a row:
+    C-level passes, no Python code per message."""
+    return [(d.entry, d.batch_size, list(map(INDEX_OF, run))) for d, run in groupby(messages, DELIVERY_OF)]
+
+
+def run_of_id(mid: MessageId) -> AckRun:
+    """The individual ack of the message ``mid`` names (a batch index without a batch size: the entry)."""
+    batched = mid.batch_index >= 0 and mid.batch_size > 0
+    return ((mid.ledger_id, mid.entry_id), mid.batch_size if batched else 0, [mid.batch_index])
 
 
 def _order(mid: MessageId) -> tuple[int, int, int]:
@@ -105,30 +117,22 @@ class AckGroup:
         else:
             self.schedule()
 
-    def entries_done(self, positions: Iterable[Position]) -> list[Entry]:
-        """Note individual acks of the messages at ``positions``, in order; the entries now wholly
-        acknowledged (the caller then queues their acks with :meth:`add`). A message of a batch not
-        yet wholly acked only records its index (and, with batch-index acks, queues the entry's
-        partial ack).
-
-        Acks come in runs of one batch (every message received is acked): the batch of the
-        previous ack is looked up once for the run."""
+    def entries_done(self, runs: Iterable[AckRun]) -> list[Entry]:
+        """Note the individual acks of ``runs``, in order; the entries now wholly acknowledged (the
+        caller then queues their acks with :meth:`add`). An index of a batch not yet wholly acked is
+        only recorded (and, with batch-index acks, the entry's partial ack is queued). A run is the
+        acks of one entry in a row: every message of a batch received and acked is one run."""
         done: list[Entry] = []
         batches = self.batches
         pending = self.pending
-        entry: Entry | None = None
-        acked: set[int] = set()
-        for ledger, entry_id, _partition, index, size in positions:
-            if index < 0 or size <= 0:
-                done.append((ledger, entry_id))
+        for entry, size, indexes in runs:
+            if size <= 0:
+                done.append(entry)
                 continue
-            if entry is None or entry_id != entry[1] or ledger != entry[0]:
-                entry = (ledger, entry_id)
-                found = batches.get(entry)
-                if found is None:
-                    found = batches[entry] = set()
-                acked = found
-            acked.add(index)
+            acked = batches.get(entry)
+            if acked is None:
+                acked = batches[entry] = set()
+            acked.update(indexes)
             if len(acked) < size:
                 if self.batch_index_ack_enabled:
                     waiting = pending.get(entry)
@@ -139,7 +143,6 @@ class AckGroup:
             del batches[entry]
             self.batch_sizes.pop(entry, None)
             done.append(entry)
-            entry = None
         return done
 
     def cumulative(self, mid: MessageId) -> None:

@@ -1148,8 +1148,8 @@ class Consumer(_Receiving):
         if core.closed or self._client._stopped:
             raise AlreadyClosedError("consumer is closed")
         owner = core.owner_of(message)
-        if isinstance(message, Message):  # individual: by its position, which need not make its id
-            ack: ThreadAck = message._pos if kind == "individual" else (kind, message.message_id())
+        if isinstance(message, Message):  # individual: the Message itself, which need not make its id
+            ack: ThreadAck = message if kind == "individual" else (kind, message.message_id())
         else:
             ack = (kind, message)
         if owner.acks.from_thread(ack):
@@ -1163,6 +1163,15 @@ class Consumer(_Receiving):
         message: Message or MessageId
             The message (a MessageId alone is enough for a single topic-partition).
         """
+        # The fast path of :meth:`_ack`, for a Message of a topic this consumer reads: it runs for
+        # every message, so it makes no call it can do without.
+        core = self._core
+        if type(message) is Message and not core.closed and not self._client._stopped:
+            owner = core.by_topic.get(message[3].topic)
+            if owner is not None:
+                if owner.acks.from_thread(message):
+                    self._client._loop.call_soon_threadsafe(owner.thread_acks_waiting)
+                return
         self._ack("individual", message)
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:

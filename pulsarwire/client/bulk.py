@@ -49,7 +49,7 @@ from pulsarwire.protocol.connection import MessageReceived
 
 from .consumer import PartitionConsumer
 from .consumer_config import ConsumerConfig
-from .message import Position
+from .message import Delivery
 from .receive_queue import MessageQueue
 
 if TYPE_CHECKING:
@@ -486,17 +486,15 @@ class _ColumnReader(PartitionConsumer):
 
     def _deliver(
         self,
-        md: pb.MessageMetadata,
-        positions: list[Position],
+        delivery: Delivery,
+        indexes: Sequence[int],
         singles: Sequence[bytes | None],
         payloads: list[bytes],
-        redelivery_count: int,
-        *,
-        chunked: MessageId | None = None,
     ) -> None:
         parse = pb.SingleMessageMetadata.FromString
-        for pos, single, payload in zip(positions, singles, payloads, strict=True):
-            self._add_row(chunked or MessageId(*pos), md, None if single is None else parse(single), payload)
+        md = delivery.metadata
+        for index, single, payload in zip(indexes, singles, payloads, strict=True):
+            self._add_row(delivery.message_id(index), md, None if single is None else parse(single), payload)
 
     def _add_row(
         self,

@@ -52,7 +52,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from itertools import compress, repeat
+from itertools import compress, groupby, islice
 from typing import TYPE_CHECKING, Any, cast
 
 from pulsarwire.codec.batch import unacked_indexes
@@ -83,16 +83,16 @@ from pulsarwire.protocol.state import (
     HandlerState,
 )
 
-from .acks import MAX_GROUPED, AckGroup, refuse_cumulative
+from .acks import MAX_GROUPED, AckGroup, AckKind, AckRun, refuse_cumulative, run_of_id, runs_of_messages
 from .consumer_config import ConsumerConfig, DeadLetterPolicy
 from .creation import Creation, create
 from .flow import PermitBooks
 from .handler import Handler
-from .message import Message, Position, position_of
+from .message import Delivery, Message, messages_of
 from .redelivery import RedeliveryTimers
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from pulsarwire.io.connection import Connection
 
@@ -352,9 +352,10 @@ class PartitionConsumer(Handler):
             mid = MessageId(base.ledger_id, base.entry_id, self.partition, first_chunk_message_id=first)
             self.consumed(len(done.chunk_ids) - 1)
             self._chunk_ids[_entry(mid)] = done.chunk_ids
-            self._deliver(
-                done.metadata, [position_of(mid)], [None], [done.payload], ev.redelivery_count, chunked=mid
+            delivery = Delivery(
+                _entry(mid), self.partition, 0, self.topic, done.metadata, ev.redelivery_count, chunked=mid
             )
+            self._deliver(delivery, [-1], [None], [done.payload])
             return
         try:
             singles, payloads = unpack_entry(md, ev.payload.payload, self._max_uncompressed())
@@ -461,60 +462,44 @@ class PartitionConsumer(Handler):
     ) -> None:
         """The messages of one entry (each one's serialized metadata, None when not batched, and
         payload), minus acked indexes and those before the start position."""
-        ledger, entry, partition = base.ledger_id, base.entry_id, self.partition
-        # A few comprehensions per entry, no object per message beyond its position and Message:
-        # this runs for every message received.
+        # A few C-level passes per entry and no Python code per message: this runs for every
+        # message received.
+        delivery = Delivery(
+            (base.ledger_id, base.entry_id), self.partition, batch_size, self.topic, md, redelivery_count
+        )
         count = len(payloads)
         indexes: Sequence[int] = range(count) if batch_size else [-1] * count
         if keep is not None:
             wanted = [i in keep for i in indexes]
             indexes = list(compress(indexes, wanted))
             singles, payloads = list(compress(singles, wanted)), list(compress(payloads, wanted))
-        if batch_size:
-            positions = [(ledger, entry, partition, i, batch_size) for i in indexes]
-        else:
-            positions = [(ledger, entry, partition, -1, 0)] * len(indexes)
         if self._start is not None:  # in order: the first one past the start ends the filtering
-            wanted = [not self._skip(MessageId(*pos)) for pos in positions]
-            positions = list(compress(positions, wanted))
+            wanted = [not self._skip(delivery.message_id(i)) for i in indexes]
+            indexes = list(compress(indexes, wanted))
             singles, payloads = list(compress(singles, wanted)), list(compress(payloads, wanted))
         skipped = count - len(payloads)
         if payloads:
-            self._deliver(md, positions, singles, payloads, redelivery_count)
+            self._deliver(delivery, indexes, singles, payloads)
         if skipped:
             self.consumed(skipped)
 
     def _deliver(
         self,
-        md: pb.MessageMetadata,
-        positions: list[Position],
+        delivery: Delivery,
+        indexes: Sequence[int],
         singles: Sequence[bytes | None],
         payloads: list[bytes],
-        redelivery_count: int,
-        *,
-        chunked: MessageId | None = None,
     ) -> None:
-        """Unpacked messages of one entry at ``positions`` (their serialized metadata and payloads,
-        parallel lists), in order, or the one message ``chunked`` (its id names the first chunk
-        too): queued as Messages together, a waiter woken once (the bulk reader overrides this to
-        fill columns)."""
-        msgs = list(
-            map(
-                Message,
-                payloads,
-                positions,
-                repeat(self.topic),
-                repeat(md),
-                singles,
-                repeat(redelivery_count),
-                repeat(chunked),
-            )
-        )
+        """Unpacked messages of one delivered entry (their batch indexes, serialized metadata and
+        payloads, parallel sequences), in order: queued as Messages together, a waiter woken once
+        (the bulk reader overrides this to fill columns)."""
+        msgs = messages_of(delivery, payloads, singles, indexes)
         policy = self.config.dead_letter_policy
-        if policy is not None and redelivery_count >= policy.max_redeliver_count:
+        if policy is not None and delivery.redelivery_count >= policy.max_redeliver_count:
             # As the Java client: still delivered; if it fails once more it goes to the DLQ instead.
+            ledger, entry = delivery.entry
             for msg in msgs:
-                self._dlq_candidates[_key(msg.message_id())] = msg
+                self._dlq_candidates[(ledger, entry, msg[2])] = msg
         self.queue.put_many(msgs)
 
     async def _dead_letter(self, msg: Message, policy: DeadLetterPolicy) -> None:
@@ -557,7 +542,7 @@ class PartitionConsumer(Handler):
         if timeout:
             due = time.monotonic() + timeout / 1000
             for msg in messages:
-                self.redelivery.handed_out(msg._pos[:2], due)
+                self.redelivery.handed_out(msg[3].entry, due)
 
     # -- acknowledgements ------------------------------------------------------------
     def _ack_ready(self) -> None:
@@ -566,18 +551,19 @@ class PartitionConsumer(Handler):
 
     def acknowledge(self, mid: MessageId) -> None:
         self._ack_ready()
-        self._acknowledge([position_of(mid)])
+        self._acknowledge([run_of_id(mid)])
 
-    def _acknowledge(self, positions: list[Position]) -> None:
-        """Individual acks, in order (one call for a run of them: this runs for every message)."""
+    def _acknowledge(self, runs: list[AckRun]) -> None:
+        """Individual acks, in order, an entry's run at a time (this runs for every message)."""
         acks = self.acks
         if self._dlq_candidates or self._chunk_ids:
-            for ledger, entry, _p, index, _s in positions:
-                self._dlq_candidates.pop((ledger, entry, index), None)
+            for (ledger, entry), _size, indexes in runs:
+                for index in indexes:
+                    self._dlq_candidates.pop((ledger, entry, index), None)
                 for chunk in self._chunk_ids.pop((ledger, entry), ()):  # a chunked message: every chunk
                     acks.add(_entry(chunk), None)
         redelivery = self.redelivery
-        for key in acks.entries_done(positions):
+        for key in acks.entries_done(runs):
             if redelivery.nacks or redelivery.unacked:  # not before: a nacked batch message is due
                 redelivery.acked(key)
             acks.add(key, None)
@@ -607,25 +593,19 @@ class PartitionConsumer(Handler):
             return
         acks.applying = True  # one ACK for all of them: no flush per full group in between
         try:
-            run: list[Position] = []  # individual acks in a row, applied together
-            for _ in range(len(waiting)):  # only the loop pops: that many are there
-                ack = waiting.popleft()
-                if len(ack) == 5:  # an individual ack of a Message: its position
-                    run.append(ack)
+            # only the loop pops: that many are there (popped by C code, not one call each)
+            taken = list(islice(iter(waiting.popleft, None), len(waiting)))
+            for kind_of, run in groupby(taken, type):
+                if kind_of is Message:  # individual acks of Messages: the usual case
+                    self._acknowledge(runs_of_messages(cast("Iterator[Message]", run)))
                     continue
-                kind, mid = ack
-                if kind == "individual":
-                    run.append(position_of(mid))
-                    continue
-                if run:
-                    self._acknowledge(run)
-                    run = []
-                if kind == "cumulative":
-                    self.acknowledge_cumulative(mid)
-                else:
-                    self.negative_acknowledge(mid)
-            if run:
-                self._acknowledge(run)
+                for kind, mid in cast("Iterator[tuple[AckKind, MessageId]]", run):
+                    if kind == "individual":
+                        self._acknowledge([run_of_id(mid)])
+                    elif kind == "cumulative":
+                        self.acknowledge_cumulative(mid)
+                    else:
+                        self.negative_acknowledge(mid)
         finally:
             acks.applying = False
 

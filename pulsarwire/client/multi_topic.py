@@ -34,18 +34,19 @@ class Consumer:
         self.topics = topics
         self.parts = parts
         self.queue = queue
-        self._by_topic = {p.topic: p for p in parts}
+        #: topic (partition) -> its partition consumer (the blocking API's acks look here)
+        self.by_topic = {p.topic: p for p in parts}
         self.closed = False
         self.discovery: asyncio.Task[None] | None = None
 
     def add(self, topic: str, parts: list[PartitionConsumer]) -> None:
         self.topics.append(topic)
         self.parts.extend(parts)
-        self._by_topic.update({p.topic: p for p in parts})
+        self.by_topic.update({p.topic: p for p in parts})
 
     def _owner(self, mid: MessageId, topic: str | None) -> PartitionConsumer:
         if topic is not None:  # also a topic still being added (regex discovery)
-            owner = self._by_topic.get(topic) or self.queue.owners.get(topic)
+            owner = self.by_topic.get(topic) or self.queue.owners.get(topic)
             if owner is not None:
                 return owner
         if len(self.parts) == 1:
@@ -94,8 +95,9 @@ class Consumer:
     def owner_of(self, target: Message | MessageId) -> PartitionConsumer:
         """The partition consumer ``target`` belongs to (on every ack: kept short)."""
         if isinstance(target, Message):
-            owner = self._by_topic.get(target._topic)
-            return owner if owner is not None else self._owner(target.message_id(), target._topic)
+            topic = target[3].topic
+            owner = self.by_topic.get(topic)
+            return owner if owner is not None else self._owner(target.message_id(), topic)
         return self._owner(target, None)
 
     def acknowledge(self, target: Message | MessageId) -> None:

@@ -97,13 +97,13 @@ class MessageQueue:
 
     def _queued_of(self, owner: PartitionConsumer) -> list[Message]:
         dead = self._dead
-        return [m for m in list(self._items) if m._topic == owner.topic and m not in dead]
+        return [m for m in list(self._items) if m[3].topic == owner.topic and m not in dead]
 
     def holds(self, owner: PartitionConsumer) -> bool:
         return bool(self._queued_of(owner))
 
     def entries_of(self, owner: PartitionConsumer) -> list[tuple[int, int]]:
-        return [m._pos[:2] for m in self._queued_of(owner)]
+        return [m[3].entry for m in self._queued_of(owner)]
 
     def drop(self, owner: PartitionConsumer) -> int:
         """Drop every message of ``owner`` still queued (reconnect, seek); returns how many.
@@ -131,7 +131,7 @@ class MessageQueue:
             return
         by_topic: dict[str, list[Message]] = {}
         for msg in msgs:
-            by_topic.setdefault(msg._topic, []).append(msg)
+            by_topic.setdefault(msg[3].topic, []).append(msg)
         for topic, mine in by_topic.items():
             owners[topic].handed_out(mine)
 
@@ -161,7 +161,7 @@ class MessageQueue:
         taken.append(msg)
         if len(taken) >= self._settle_at and not self._settle_asked:
             self._ask_settle()
-        self.owners[msg._topic].last_taken = msg  # now: a resubscribe must start after it
+        self.owners[msg[3].topic].last_taken = msg  # now: a resubscribe must start after it
         return msg
 
     def take_many(self, limit: int, max_bytes: int) -> tuple[list[Message], int]:
@@ -181,12 +181,12 @@ class MessageQueue:
                 dead.discard(msg)
                 continue
             out.append(msg)
-            size += len(msg._data)
+            size += len(msg[0])
         if out:
             self._taken.extend(out)
             owners = self.owners
             for msg in out if len(owners) > 1 else out[-1:]:
-                owners[msg._topic].last_taken = msg
+                owners[msg[3].topic].last_taken = msg
             if len(self._taken) >= self._settle_at or not items:
                 self._ask_settle()
         return out, size

@@ -88,7 +88,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "Producer.__init__": {"args": WRAPPER, "kwargs": WRAPPER},
     "Consumer.__init__": {"args": WRAPPER, "kwargs": WRAPPER},
     "Reader.__init__": {"args": WRAPPER, "kwargs": WRAPPER},
-    "Message.__init__": {"args": WRAPPER, "kwargs": WRAPPER},
     "MessageId.deserialize": {
         "message_id_bytes": "the codec's name for it is data (positional in both)",
         "topic": "a MessageId does not carry its topic here",
@@ -151,7 +150,6 @@ EXTRA: dict[str, set[str]] = {
     "Producer.__init__": {"client", "core"},
     "Consumer.__init__": {"client", "core"},
     "Reader.__init__": {"client", "core"},
-    "Message.__init__": {"data", "position", "topic", "metadata", "single", "redelivery_count", "message_id"},
     "Consumer.batch_receive": {"max_num_messages", "max_num_bytes", "timeout_ms"},
     "MessageId.__init__": {"batch_size", "first_chunk_message_id"},
     "MessageId.deserialize": {"data"},

@@ -20,7 +20,7 @@ from pulsarwire.client.blocking import Client
 from pulsarwire.client.bulk import _ColumnReader
 from pulsarwire.client.consumer import PartitionConsumer
 from pulsarwire.client.consumer_config import ConsumerConfig
-from pulsarwire.client.message import Message
+from pulsarwire.client.message import Delivery, Message
 from pulsarwire.codec import MessageId, compress, encode_batch
 from pulsarwire.codec.batch import U32
 from pulsarwire.codec.frames import Payload
@@ -344,7 +344,7 @@ def test_a_property_that_is_not_utf8_reads_with_replacement_characters_on_both_p
     rows = columns.rows.to_batch(TOPIC, 3).to_pylist()
     assert [r["properties"] for r in rows] == [[("p", "\ufffdALUE")]] * 4
     single = raw[4 : 4 + U32.unpack_from(raw)[0]]
-    msg = Message(b"x" * 5, MessageId(7, 0), TOPIC, md, single, 0)
+    msg = Message(b"x" * 5, single, 0, Delivery((7, 0), -1, 4, TOPIC, md, 0))
     assert msg.properties() == {"p": "\ufffdALUE"}
 
 
@@ -356,4 +356,4 @@ def test_a_producer_name_that_is_not_utf8_reads_with_replacement_characters_on_b
     assert_same_reads(columns, messages)
     rows = columns.rows.to_batch(TOPIC, 3).to_pylist()
     assert [r["producer_name"] for r in rows] == ["\ufffdROD"] * 3
-    assert Message(b"x", MessageId(7, 0), TOPIC, md, None, 0).producer_name() == "\ufffdROD"
+    assert Message(b"x", None, -1, Delivery((7, 0), -1, 0, TOPIC, md, 0)).producer_name() == "\ufffdROD"

@@ -6,9 +6,16 @@ import asyncio
 
 import pytest
 
-from pulsarwire.client.acks import MAX_GROUPED, AckGroup, merge_ack_sets, refuse_cumulative
+from pulsarwire.client.acks import (
+    MAX_GROUPED,
+    AckGroup,
+    merge_ack_sets,
+    refuse_cumulative,
+    run_of_id,
+    runs_of_messages,
+)
 from pulsarwire.client.flow import PermitBooks
-from pulsarwire.client.message import position_of
+from pulsarwire.client.message import Delivery, messages_of
 from pulsarwire.client.redelivery import RedeliveryTimers
 from pulsarwire.codec.batch import ack_set_for, unacked_indexes
 from pulsarwire.codec.message_id import MessageId
@@ -30,13 +37,13 @@ def test_a_batch_is_acked_whole_once_every_index_is() -> None:
     flushes: list[int] = []
     acks = group(flushes)
     first, second = MessageId(3, 7, -1, 0, 2), MessageId(3, 7, -1, 1, 2)
-    assert acks.entries_done([position_of(first)]) == []
+    assert acks.entries_done([run_of_id(first)]) == []
     assert acks.pending == {(3, 7): []}  # partly acked: its ack_set is made when sent
     assert acks.still_unacked((3, 7), 2) == {1}
     cmd = acks.individual_command(consumer_id=5)
     (sent,) = cmd.ack.message_id
     assert (sent.ledgerId, sent.entryId, list(unacked_indexes(list(sent.ack_set), 2))) == (3, 7, [1])
-    assert acks.entries_done([position_of(second)]) == [(3, 7)]
+    assert acks.entries_done([run_of_id(second)]) == [(3, 7)]
     assert (3, 7) not in acks.batches and flushes  # group time 0: flushed at once
 
 
@@ -44,16 +51,16 @@ def test_runs_of_acks_complete_each_batch_once() -> None:
     acks = group([], batch_index_ack_enabled=False)
     run = [MessageId(1, e, -1, i, 3) for e in (4, 5) for i in (0, 1)]
     run.insert(2, MessageId(1, 9))  # a message that is a whole entry between the batches
-    assert acks.entries_done(map(position_of, run)) == [(1, 9)]
+    assert acks.entries_done(map(run_of_id, run)) == [(1, 9)]
     assert acks.batches == {(1, 4): {0, 1}, (1, 5): {0, 1}}
     again = [MessageId(1, 5, -1, 1, 3), MessageId(1, 5, -1, 2, 3), MessageId(1, 4, -1, 2, 3)]
-    assert acks.entries_done(map(position_of, again)) == [(1, 5), (1, 4)]  # a repeated index counts once
+    assert acks.entries_done(map(run_of_id, again)) == [(1, 5), (1, 4)]  # a repeated index counts once
     assert acks.batches == {}
 
 
 def test_without_batch_index_acks_a_partial_batch_waits() -> None:
     acks = group([], batch_index_ack_enabled=False)
-    assert acks.entries_done([position_of(MessageId(3, 7, -1, 0, 2))]) == []
+    assert acks.entries_done([run_of_id(MessageId(3, 7, -1, 0, 2))]) == []
     assert acks.pending == {}
     assert acks.still_unacked((3, 7), 2) is None
 
@@ -153,3 +160,18 @@ def test_a_corrupt_count_widens_the_books() -> None:
     assert books.granted == 1 + 6
     books.restart()
     assert (books.granted, books.entries, books.received, books.consumed) == (0, 0, 0, 0)
+
+
+def test_acks_of_messages_come_as_one_run_per_delivered_entry() -> None:
+    md = pb.MessageMetadata()
+    first, again, other = (Delivery(e, -1, 3, "t", md, 0) for e in ((1, 4), (1, 4), (1, 5)))
+    a = messages_of(first, [b"a0", b"a1", b"a2"], [None] * 3, range(3))
+    b = messages_of(other, [b"b0", b"b1", b"b2"], [None] * 3, range(3))
+    redelivered = messages_of(again, [b"a2"], [None], [2])  # (1, 4) delivered again: another run
+    acked = [a[0], a[1], b[0], b[2], b[1], *redelivered]
+    assert runs_of_messages(acked) == [((1, 4), 3, [0, 1]), ((1, 5), 3, [0, 2, 1]), ((1, 4), 3, [2])]
+    acks = group([], batch_index_ack_enabled=False)
+    assert acks.entries_done(runs_of_messages(acked)) == [(1, 5), (1, 4)]
+    single = Delivery((2, 0), -1, 0, "t", md, 0)  # not a batch: the entry whole
+    assert runs_of_messages(messages_of(single, [b"s"], [None], [-1])) == [((2, 0), 0, [-1])]
+    assert acks.entries_done([run_of_id(MessageId(2, 0))]) == [(2, 0)]

@@ -23,7 +23,7 @@ import pytest
 from pulsarwire.broker import Broker
 from pulsarwire.client.acks import MAX_GROUPED
 from pulsarwire.client.blocking import Client, ConsumerType, InitialPosition
-from pulsarwire.client.message import Message
+from pulsarwire.client.message import Delivery, Message, messages_of
 from pulsarwire.client.receive_queue import MessageQueue
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import AlreadyClosedError, OperationTimeoutError, ReachedEndOfTopicError
@@ -76,8 +76,8 @@ def _on(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: objec
 
 
 def _messages(owner: _Owner, entry: int, n: int) -> list[Message]:
-    md = pb.MessageMetadata()
-    return [Message(b"%d-%d" % (entry, i), (1, entry, -1, i, n), owner.topic, md, None, 0) for i in range(n)]
+    delivery = Delivery((1, entry), -1, n, owner.topic, pb.MessageMetadata(), 0)
+    return messages_of(delivery, [b"%d-%d" % (entry, i) for i in range(n)], [None] * n, range(n))
 
 
 def test_concurrent_takers_get_every_message_once_and_the_loop_settles_each_once(
@@ -254,6 +254,24 @@ def test_close_sends_the_grouped_acks_before_closing(
     assert backlog(shared_broker, topic, "sub") == 0
     judge = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
     assert_silent(judge)  # nothing acknowledged comes back
+
+
+def test_acks_by_message_by_id_and_cumulative_mixed_in_one_group_ack_everything(
+    client: pulsar.Client, pw: Client, topic: str, shared_broker: Broker
+) -> None:
+    # The loop reads a group's acks of Messages as runs and the others one by one, in order.
+    consumer = pw.subscribe(topic, "sub", initial_position=EARLIEST, ack_group_time_ms=120_000)
+    _produce(client, topic, 40, batching=True)  # entries of 10
+    messages = pw_receive_n(consumer, 40)
+    for m in messages[:15]:
+        consumer.acknowledge(m if m.data()[-1] % 2 else m.message_id())
+    consumer.acknowledge_cumulative(messages[29])  # half way through the third batch
+    for m in reversed(messages[30:]):
+        consumer.acknowledge(m.message_id() if m.data()[-1] % 3 else m)
+    consumer.close()  # sends the group
+    assert backlog(shared_broker, topic, "sub") == 0
+    judge = client.subscribe(topic, "sub")
+    assert_silent(judge)
 
 
 def test_acks_of_a_closed_consumer_raise(client: pulsar.Client, pw: Client, topic: str) -> None:
