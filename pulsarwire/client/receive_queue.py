@@ -7,7 +7,8 @@ either on the loop (asyncio API) or on any number of caller threads at once (blo
 
 Taking a message is lock-free: the messages wait in a deque, and ``deque.popleft`` hands every
 one to exactly one taker, whatever the thread. The loop is not told per message: a taker appends
-what it took to a second deque, the *taken* log, and the loop settles that log in one go
+what it took to the *taken* log (a message :meth:`~MessageQueue.take` took, or a copy of the list
+:meth:`~MessageQueue.take_many` returns, as one item), and the loop settles that log in one go
 (:meth:`MessageQueue.settle`: permits, the ack timeout, via :meth:`PartitionConsumer.handed_out
 <pulsarwire.client.consumer.PartitionConsumer.handed_out>` of the message's topic) — when half a
 receiver queue was taken (a taker then wakes the loop, once), when a taker finds the queue empty
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from itertools import chain, islice
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -45,8 +47,12 @@ class MessageQueue:
 
     def __init__(self) -> None:
         self._items: deque[Message] = deque()
-        #: messages taken and not yet settled by the loop (appended by takers, emptied by settle)
+        #: messages taken and not yet settled by the loop (appended by takers, emptied by settle):
+        #: one by one (:meth:`take`), and a copy of each list :meth:`take_many` returned
         self._taken: deque[Message] = deque()
+        self._taken_lists: deque[list[Message]] = deque()
+        #: messages in those lists (only to tell when to ask for a settle: takers race on it)
+        self._in_lists = 0
         #: dropped messages still in the deque (a taker throws them away)
         self._dead: set[Message] = set()
         self._changed = asyncio.Event()
@@ -117,11 +123,13 @@ class MessageQueue:
     def settle(self) -> None:
         """Tell each owner which of its messages were taken since the last settle (on the loop)."""
         self._settle_asked = False
-        taken = self._taken
-        if not taken:
+        taken, lists = self._taken, self._taken_lists
+        if not taken and not lists:
             return
-        pop = taken.popleft
-        msgs = [pop() for _ in range(len(taken))]  # only the loop pops: len() messages are there
+        self._in_lists = 0
+        # only the loop pops: what len() counts is there (popped by C code, not one call each)
+        msgs = list(islice(iter(taken.popleft, None), len(taken)))
+        msgs += chain.from_iterable(islice(iter(lists.popleft, None), len(lists)))
         if self._dead:  # handed out while being dropped: counted as dropped, not dead any more
             self._dead.difference_update(msgs)
         owners = self.owners
@@ -151,7 +159,7 @@ class MessageQueue:
                 msg = items.popleft()
             except IndexError:
                 self._changed.clear()
-                if self._taken:  # nothing left to take: the loop settles what was taken
+                if self._taken or self._taken_lists:  # nothing left: the loop settles what was taken
                     self._ask_settle()
                 return None
             if not dead or msg not in dead:
@@ -183,11 +191,12 @@ class MessageQueue:
             out.append(msg)
             size += len(msg[0])
         if out:
-            self._taken.extend(out)
+            self._taken_lists.append(out.copy())  # the caller may change the list it gets
             owners = self.owners
             for msg in out if len(owners) > 1 else out[-1:]:
                 owners[msg[3].topic].last_taken = msg
-            if len(self._taken) >= self._settle_at or not items:
+            self._in_lists += len(out)
+            if self._in_lists + len(self._taken) >= self._settle_at or not items:
                 self._ask_settle()
         return out, size
 
