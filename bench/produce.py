@@ -35,7 +35,7 @@ from typing import Any
 import pulsar
 from brokers import machine, pulsar_lite_broker, pulsarwire_broker
 
-from pulsarwire.client.blocking import Client, CompressionType
+from pulsarwire.client.blocking import Client, CompressionType, Producer
 
 BATCH_MESSAGES = 1000
 BATCH_BYTES = 128 * 1024
@@ -127,16 +127,7 @@ def bench_pulsarwire(url: str, payload: bytes, count: int, warmup: int, max_pend
     try:
 
         def measure(topic: str, n: int) -> float:
-            producer = client.create_producer(
-                topic,
-                batching_enabled=True,
-                batching_max_messages=BATCH_MESSAGES,
-                batching_max_allowed_size_in_bytes=BATCH_BYTES,
-                batching_max_publish_delay_ms=BATCH_DELAY_MS,
-                compression_type=CompressionType.LZ4,
-                max_pending_messages=max_pending,
-                block_if_queue_full=True,
-            )
+            producer = _pulsarwire_producer(client, topic, max_pending)
 
             def send(data: bytes, receipts: Receipts) -> None:
                 producer.send_async(data, lambda err, _mid: receipts.record(err))
@@ -161,16 +152,7 @@ def bench_arrow(
     try:
 
         def measure(topic: str, n: int) -> float:
-            producer = client.create_producer(
-                topic,
-                batching_enabled=True,
-                batching_max_messages=BATCH_MESSAGES,
-                batching_max_allowed_size_in_bytes=BATCH_BYTES,
-                batching_max_publish_delay_ms=BATCH_DELAY_MS,
-                compression_type=CompressionType.LZ4,
-                max_pending_messages=max_pending,
-                block_if_queue_full=True,
-            )
+            producer = _pulsarwire_producer(client, topic, max_pending)
             rows = min(arrow_rows, n)
             batch = pa.record_batch({"value": pa.array([payload] * rows, pa.binary())})
             try:
@@ -187,6 +169,20 @@ def bench_arrow(
         return measure(_topic("arrow"), count)
     finally:
         client.close()
+
+
+def _pulsarwire_producer(client: Client, topic: str, max_pending: int) -> Producer:
+    """pulsarwire's producer with the workload's batching and compression (both pulsarwire modes)."""
+    return client.create_producer(
+        topic,
+        batching_enabled=True,
+        batching_max_messages=BATCH_MESSAGES,
+        batching_max_allowed_size_in_bytes=BATCH_BYTES,
+        batching_max_publish_delay_ms=BATCH_DELAY_MS,
+        compression_type=CompressionType.LZ4,
+        max_pending_messages=max_pending,
+        block_if_queue_full=True,
+    )
 
 
 def _topic(prefix: str) -> str:

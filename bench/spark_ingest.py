@@ -64,6 +64,7 @@ from typing import Any
 
 from brokers import machine, pulsarwire_broker
 from consume import fill
+from local_spark import local_spark
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -418,10 +419,6 @@ def main(argv: list[str] | None = None) -> None:
     given = args.sizes.split(",") if args.sizes else [args.messages // 5, args.messages]
     sizes = sorted({int(s) for s in given})
 
-    from pyspark.sql import SparkSession
-
-    import pipelines
-
     work = Path(tempfile.mkdtemp(prefix="spark-ingest-"))
     if args.installed_pyspark:
         os.environ["PYSPARK_PYTHON"] = installed_pyspark_python(work, os.environ["PYSPARK_PYTHON"])
@@ -446,16 +443,7 @@ def main(argv: list[str] | None = None) -> None:
                 fill(url, topic_of(n), n, 100, last=False)
             fill_s = time.perf_counter() - t
             alone_rows, alone_s = reader_alone(url, topic_of(sizes[-1]))
-            spark = (
-                SparkSession.builder.master("local[2]")
-                .config("spark.ui.enabled", "false")
-                .config("spark.ui.showConsoleProgress", "false")
-                .config("spark.sql.shuffle.partitions", "2")
-                .config("spark.driver.memory", "4g")
-                .getOrCreate()
-            )
-            spark.sparkContext.setLogLevel("ERROR")
-            pipelines.register(spark)
+            spark = local_spark({"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g"})
             spark.dataSource.register(MemorySource)
             bench = Bench(spark, url, work, args.partitions, args.per_batch)
             # the first queries start Spark's Python workers and warm the JVM: not in any figure

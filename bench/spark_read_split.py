@@ -31,6 +31,7 @@ from typing import Any
 
 from brokers import machine, pulsarwire_broker
 from consume import fill
+from local_spark import local_spark
 from spark_ingest import tree_cpu
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -66,10 +67,6 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     n = args.messages
 
-    from pyspark.sql import SparkSession
-
-    import pipelines
-
     work = Path(tempfile.mkdtemp(prefix="spark-read-split-"))
     best: dict[str, tuple[float, float]] = {}
     tasks: dict[str, int] = {}
@@ -78,16 +75,7 @@ def main(argv: list[str] | None = None) -> None:
             t = time.perf_counter()
             last = fill(url, TOPIC, n, 100)
             fill_s = time.perf_counter() - t
-            spark = (
-                SparkSession.builder.master("local[2]")
-                .config("spark.ui.enabled", "false")
-                .config("spark.ui.showConsoleProgress", "false")
-                .config("spark.sql.shuffle.partitions", "2")
-                .config("spark.driver.memory", "4g")
-                .getOrCreate()
-            )
-            spark.sparkContext.setLogLevel("ERROR")
-            pipelines.register(spark)
+            spark = local_spark({"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g"})
             parquet = str(work / "rows.parquet")
             cols = ("key", "value", "topic", "partition", "ledgerId", "entryId", "batchIndex", "publishTime")
             pulsar_df(spark, url, 1).select(*cols).coalesce(1).write.option(

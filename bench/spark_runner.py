@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from brokers import machine, pulsarwire_broker
+from local_spark import local_spark
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # jobs.demo
@@ -83,19 +84,7 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.chdir(ROOT)
-    from pyspark.sql import SparkSession
-
-    import pipelines
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    pipelines.register(spark)
+    spark = local_spark({"spark.sql.shuffle.partitions": "2"})
     per_batch = max(1, args.messages // args.batches)
     print(machine())
     print(f"{args.messages:,} orders, {args.batches} micro-batches of {per_batch:,}, best of {args.repeat}")

@@ -28,6 +28,7 @@ import uuid
 
 import pulsar
 from brokers import machine, pulsarwire_broker
+from local_spark import local_spark
 
 from pulsarwire import Client, MessageId
 
@@ -98,18 +99,7 @@ def main() -> None:
     args = p.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    import pipelines
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    pipelines.register(spark)
+    spark = local_spark()
     df = (
         spark.range(0, args.rows, 1, 2)
         .selectExpr("rpad(CAST(id AS STRING), 100, 'x') AS value", "CAST(id % 97 AS STRING) AS key")
