@@ -41,7 +41,7 @@ from pulsarwire.errors import (
 from pulsarwire.proto import pb
 from pulsarwire.protocol.state import HandlerState
 
-from .acks import MAX_GROUPED, AckKind, ThreadAck
+from .acks import AckKind, ThreadAck
 from .auth import Authentication
 from .bulk import read_arrow
 from .consumer_config import DeadLetterPolicy, KeySharedPolicy
@@ -1169,11 +1169,7 @@ class Consumer(_Receiving):
         if type(message) is Message and not core.closed and not self._client._stopped:
             owner = core.by_topic.get(message[3].topic)
             if owner is not None:
-                acks = owner.acks  # AckGroup.from_thread, inline
-                waiting = acks.from_threads
-                waiting.append(message)
-                if not acks.told or len(waiting) % MAX_GROUPED == 0:
-                    acks.told = True
+                if owner.acks.from_thread(message):
                     self._client._loop.call_soon_threadsafe(owner.thread_acks_waiting)
                 return
         self._ack("individual", message)

@@ -22,7 +22,7 @@ make as Python allows:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
@@ -173,8 +173,7 @@ class Message(tuple[bytes, "bytes | None", int, Delivery]):
         return f"Message({self.message_id()}, {len(self[0])} bytes, topic={self[3].topic!r})"
 
 
-#: a Message's payload, batch index and delivery, for C-level loops (``map``, ``groupby``)
-PAYLOAD_OF = itemgetter(0)
+#: a Message's batch index and delivery, for C-level loops (``map``, ``groupby``)
 INDEX_OF = itemgetter(2)
 DELIVERY_OF = itemgetter(3)
 
@@ -185,8 +184,3 @@ def messages_of(
     """The Messages of one delivered entry (parallel payloads, serialized metadata, batch indexes),
     made without running Python code per message."""
     return list(map(_tuple_new, repeat(Message), zip(payloads, singles, indexes, repeat(delivery))))
-
-
-def indexes_of(messages: Sequence[Message]) -> list[int]:
-    """The batch indexes of ``messages``."""
-    return list(map(INDEX_OF, messages))

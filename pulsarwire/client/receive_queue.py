@@ -51,8 +51,6 @@ class MessageQueue:
         #: one by one (:meth:`take`), and a copy of each list :meth:`take_many` returned
         self._taken: deque[Message] = deque()
         self._taken_lists: deque[list[Message]] = deque()
-        #: messages in those lists (only to tell when to ask for a settle: takers race on it)
-        self._in_lists = 0
         #: dropped messages still in the deque (a taker throws them away)
         self._dead: set[Message] = set()
         self._changed = asyncio.Event()
@@ -126,7 +124,6 @@ class MessageQueue:
         taken, lists = self._taken, self._taken_lists
         if not taken and not lists:
             return
-        self._in_lists = 0
         # only the loop pops: what len() counts is there (popped by C code, not one call each)
         msgs = list(islice(iter(taken.popleft, None), len(taken)))
         msgs += chain.from_iterable(islice(iter(lists.popleft, None), len(lists)))
@@ -195,8 +192,8 @@ class MessageQueue:
             owners = self.owners
             for msg in out if len(owners) > 1 else out[-1:]:
                 owners[msg[3].topic].last_taken = msg
-            self._in_lists += len(out)
-            if self._in_lists + len(self._taken) >= self._settle_at or not items:
+            unsettled = sum(map(len, self._taken_lists)) + len(self._taken)  # C code: one step
+            if unsettled >= self._settle_at or not items:
                 self._ask_settle()
         return out, size
 
