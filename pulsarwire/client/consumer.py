@@ -52,7 +52,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from itertools import compress, groupby, islice
+from itertools import compress, groupby
 from typing import TYPE_CHECKING, Any, cast
 
 from pulsarwire.codec.batch import unacked_indexes
@@ -89,6 +89,7 @@ from .creation import Creation, create
 from .flow import PermitBooks
 from .handler import Handler
 from .message import Delivery, Message, messages_of
+from .receive_queue import pop_front
 from .redelivery import RedeliveryTimers
 
 if TYPE_CHECKING:
@@ -593,8 +594,7 @@ class PartitionConsumer(Handler):
             return
         acks.applying = True  # one ACK for all of them: no flush per full group in between
         try:
-            # only the loop pops: that many are there (popped by C code, not one call each)
-            taken = list(islice(iter(waiting.popleft, None), len(waiting)))
+            taken = pop_front(waiting, len(waiting))  # only the loop pops: that many are there
             for kind_of, run in groupby(taken, type):
                 if kind_of is Message:  # individual acks of Messages: the usual case
                     self._acknowledge(runs_of_messages(cast("Iterator[Message]", run)))

@@ -34,12 +34,24 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from itertools import chain, islice
-from typing import TYPE_CHECKING
+from itertools import chain, repeat, starmap
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from .consumer import PartitionConsumer
     from .message import Message
+
+T = TypeVar("T")
+
+
+def pop_front(items: deque[T], count: int) -> list[T]:
+    """The first ``count`` items of ``items``, popped by C code (``starmap`` over ``popleft``).
+
+    For a deque that only the calling thread pops while other threads append: ``count`` is its
+    length read before, so that many are there. Unlike ``iter(popleft, sentinel)`` this compares
+    no item with a sentinel: a Message compares by identity through a Python-level ``__eq__``
+    slot, which made popping a group of acks cost ~45 ns per message instead of ~10."""
+    return list(starmap(items.popleft, repeat((), count)))
 
 
 class MessageQueue:
@@ -124,9 +136,9 @@ class MessageQueue:
         taken, lists = self._taken, self._taken_lists
         if not taken and not lists:
             return
-        # only the loop pops: what len() counts is there (popped by C code, not one call each)
-        msgs = list(islice(iter(taken.popleft, None), len(taken)))
-        msgs += chain.from_iterable(islice(iter(lists.popleft, None), len(lists)))
+        # only the loop pops: what len() counts is there
+        msgs = pop_front(taken, len(taken))
+        msgs += chain.from_iterable(pop_front(lists, len(lists)))
         if self._dead:  # handed out while being dropped: counted as dropped, not dead any more
             self._dead.difference_update(msgs)
         owners = self.owners

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -24,7 +24,7 @@ from pulsarwire.broker import Broker
 from pulsarwire.client.acks import MAX_GROUPED
 from pulsarwire.client.blocking import Client, ConsumerType, InitialPosition
 from pulsarwire.client.message import Delivery, Message, messages_of
-from pulsarwire.client.receive_queue import MessageQueue
+from pulsarwire.client.receive_queue import MessageQueue, pop_front
 from pulsarwire.codec.message_id import MessageId
 from pulsarwire.errors import AlreadyClosedError, OperationTimeoutError, ReachedEndOfTopicError
 from pulsarwire.proto import pb
@@ -118,6 +118,26 @@ def test_concurrent_takers_get_every_message_once_and_the_loop_settles_each_once
     _on(loop, queue.settle)
     for o in owners:  # each settled once, to its owner
         assert Counter(map(id, o.settled)) == Counter(id(m) for m in sent if m.topic_name() == o.topic)
+
+
+class _Uncomparable:
+    """An item that fails when compared: popping must not compare (a Message's ``==`` is Python code)."""
+
+    def __eq__(self, other: object) -> bool:
+        raise AssertionError("compared")
+
+    __hash__ = object.__hash__
+
+
+def test_pop_front_pops_that_many_in_order_without_comparing_them() -> None:
+    items = [_Uncomparable() for _ in range(5)]
+    waiting = deque(items)
+    first = pop_front(waiting, 3)
+    assert [id(x) for x in first] == [id(x) for x in items[:3]]
+    assert [id(x) for x in waiting] == [id(x) for x in items[3:]]
+    rest = pop_front(waiting, 2)
+    assert [id(x) for x in rest] == [id(x) for x in items[3:]] and not waiting
+    assert pop_front(waiting, 0) == []
 
 
 def test_a_taker_asks_the_loop_to_settle_after_half_a_receiver_queue(loop: asyncio.AbstractEventLoop) -> None:
