@@ -138,7 +138,8 @@ class MessageQueue:
             return
         # only the loop pops: what len() counts is there
         msgs = pop_front(taken, len(taken))
-        msgs += chain.from_iterable(pop_front(lists, len(lists)))
+        taken_lists = pop_front(lists, len(lists))
+        msgs += chain.from_iterable(taken_lists)
         if self._dead:  # handed out while being dropped: counted as dropped, not dead any more
             self._dead.difference_update(msgs)
         owners = self.owners
