@@ -280,8 +280,7 @@ class _RawSink:
         parsed = _parse_run(mds)
         if parsed is None:
             return 0
-        cols = _exact_columns(mds, *parsed)  # the sizes as one column: no object per entry
-        if cols is not None and list(cols.payload_size).count(size) == len(mds):
+        if _sized_columns(mds, *parsed, size) is not None:  # the sizes as one column: no object per entry
             taken = len(mds)
         else:
             taken = _leading_with_size(list(parsed[1].entries), size)
@@ -327,8 +326,8 @@ class _ColumnSink:
         if parsed is None:
             return 0
         wrapped, run = parsed
-        cols = _exact_columns(mds, wrapped, run)
-        if cols is not None and list(cols.payload_size).count(size) == len(mds):
+        cols = _sized_columns(mds, wrapped, run, size)
+        if cols is not None:
             self._flush()
             self._add_columns(cols, run.entries, len(mds))
             return len(mds)
@@ -416,6 +415,17 @@ def _exact_columns(
         return None
     k = len(mds)
     if all(len(c) in (0, k) for c in (cols.partition_key, cols.event_time, cols.sequence_id)):
+        return cols
+    return None
+
+
+def _sized_columns(
+    mds: list[bytes], wrapped: bytes, run: pb.SingleMessageMetadataList, size: int
+) -> pb.SingleMessageMetadataColumns | None:
+    """The run's columns (:func:`_exact_columns`) when they are exact and every entry's
+    payload_size is ``size``: then the whole run is taken; else None."""
+    cols = _exact_columns(mds, wrapped, run)
+    if cols is not None and list(cols.payload_size).count(size) == len(mds):
         return cols
     return None
 
