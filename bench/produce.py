@@ -91,20 +91,8 @@ def bench_official(url: str, payload: bytes, count: int, warmup: int, max_pendin
     client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     try:
 
-        def make(topic: str) -> pulsar.Producer:
-            return client.create_producer(
-                topic,
-                batching_enabled=True,
-                batching_max_messages=BATCH_MESSAGES,
-                batching_max_allowed_size_in_bytes=BATCH_BYTES,
-                batching_max_publish_delay_ms=BATCH_DELAY_MS,
-                compression_type=pulsar.CompressionType.LZ4,
-                max_pending_messages=max_pending,
-                block_if_queue_full=True,
-            )
-
         def measure(topic: str, n: int) -> float:
-            producer = make(topic)
+            producer = client.create_producer(topic, **_workload(pulsar.CompressionType.LZ4, max_pending))
 
             def send(data: bytes, receipts: Receipts) -> None:
                 producer.send_async(
@@ -171,18 +159,23 @@ def bench_arrow(
         client.close()
 
 
+def _workload(compression: Any, max_pending: int) -> dict[str, Any]:
+    """The producer settings of the workload, the same keywords for both clients (each passes its
+    own LZ4 constant): batching, compression and the pending-message bound."""
+    return {
+        "batching_enabled": True,
+        "batching_max_messages": BATCH_MESSAGES,
+        "batching_max_allowed_size_in_bytes": BATCH_BYTES,
+        "batching_max_publish_delay_ms": BATCH_DELAY_MS,
+        "compression_type": compression,
+        "max_pending_messages": max_pending,
+        "block_if_queue_full": True,
+    }
+
+
 def _pulsarwire_producer(client: Client, topic: str, max_pending: int) -> Producer:
-    """pulsarwire's producer with the workload's batching and compression (both pulsarwire modes)."""
-    return client.create_producer(
-        topic,
-        batching_enabled=True,
-        batching_max_messages=BATCH_MESSAGES,
-        batching_max_allowed_size_in_bytes=BATCH_BYTES,
-        batching_max_publish_delay_ms=BATCH_DELAY_MS,
-        compression_type=CompressionType.LZ4,
-        max_pending_messages=max_pending,
-        block_if_queue_full=True,
-    )
+    """pulsarwire's producer with the workload's settings (both pulsarwire modes)."""
+    return client.create_producer(topic, **_workload(CompressionType.LZ4, max_pending))
 
 
 def _topic(prefix: str) -> str:
