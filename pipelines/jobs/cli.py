@@ -39,6 +39,8 @@ from typing import Any
 from pipelines.errors import JobError, short_error
 from pipelines.jobs import preflight, stopping
 from pipelines.jobs.config import display_path, dump_yaml, find_jobs, load_job, redacted
+from pipelines.jobs.idle import nothing_to_read
+from pipelines.jobs.lock import job_lock
 from pipelines.jobs.models import Job
 from pipelines.masking import mask
 from pipelines.options.bound import Bound, BoundError, parse_bound
@@ -239,9 +241,14 @@ def _run(args: argparse.Namespace) -> Any:
             print(mask("\n".join(preflight.plan_lines(job))))
             print(f"dry run: nothing started; `pipelines run {job.source_file}` runs it")
             return 0
-        if stop.requested:
-            return stop.exit_code
-        code = _runner().run_job(job)
+        with job_lock(job, "run"):  # one run at a time (pipelines/jobs/lock.py)
+            if stop.requested:
+                return stop.exit_code
+            idle = nothing_to_read(job)  # without Spark (pipelines/jobs/idle.py)
+            if idle is not None:
+                print(mask(idle))
+                return 0
+            code = _runner().run_job(job)
         return stop.exit_code if stop.requested else code
 
 
@@ -272,7 +279,8 @@ def _offsets(args: argparse.Namespace) -> Any:
         return 2
     if args.action == "show":
         return _runner().show_offsets(job)
-    return _runner().reset_offsets(job, args.position)
+    with job_lock(job, "offsets reset"):  # never under a running job's feet
+        return _runner().reset_offsets(job, args.position)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -82,6 +82,8 @@ from pipelines.errors import (
     short_error,
     task_errors,
 )
+from pipelines.jobs.idle import last_published
+from pipelines.jobs.jvm import start_context
 from pipelines.jobs.models import Job
 from pipelines.jobs.preflight import checkpoint_offsets, stored_offsets
 from pipelines.jobs.stopping import STOP, reclaim
@@ -152,7 +154,9 @@ def session(job: Job) -> tuple[Any, bool]:
                 log.info("spark conf %s cannot be changed in a running session: %s", key, exc)
         created = False
     else:
-        builder = SparkSession.builder.master(job.spark.master or "local[*]").appName(job.app_name)
+        master = job.spark.master or "local[*]"
+        start_context(master, job.app_name, {k: str(v) for k, v in conf.items()})  # JVM out of our group
+        builder = SparkSession.builder.master(master).appName(job.app_name)
         for key, value in conf.items():
             builder = builder.config(key, str(value))
         spark = builder.getOrCreate()
@@ -631,10 +635,7 @@ def _publish(job: Job, spark: Any) -> int:
     storage = job.storage_options()
     progress = Progress(job)
     marker = _published_file(job.checkpoint)
-    last = json.loads(marker.read_text())["version"] if marker.exists() else None
-    if last is None:
-        start = job.source.delta.starting_version
-        last = (start - 1) if start is not None else -1
+    last = last_published(job)
     current = DeltaTable(path, storage_options=storage).version()
     sink = job.sink_options()
     _check_publish_output(job, spark, path, storage)

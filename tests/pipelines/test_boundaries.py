@@ -1,7 +1,7 @@
 """The import boundaries of pipelines' sub-packages.
 
-Only ``pipelines.spark`` (and the runner, which starts Spark, with ``pipelines.jobs.testing``
-that runs it) may import pyspark when imported; ``pipelines validate`` and ``pipelines list``
+Only ``pipelines.spark`` (and the runner, which starts Spark, with ``pipelines.jobs.jvm`` that
+launches its JVM and ``pipelines.jobs.testing`` that runs it) may import pyspark when imported; ``pipelines validate`` and ``pipelines list``
 run in a fresh interpreter without loading it. Checked twice: statically, on every module's
 top-level imports, and by running the command in a subprocess and listing its modules.
 
@@ -23,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pipelines"
 #: modules that may import pyspark at import time (relative to pipelines/)
-SPARK_MODULES = ("spark/", "jobs/runner.py", "jobs/testing.py")
+SPARK_MODULES = ("spark/", "jobs/runner.py", "jobs/jvm.py", "jobs/testing.py")
 
 _NO_PYSPARK = "the module may not load pyspark when imported; Spark's Delta API only where Spark writes"
 _PER_QUERY = "imported by the driver process Spark starts for each streaming query"
