@@ -329,6 +329,9 @@ class DeltaSink(Section):
     mode: Literal["append", "merge"] = "append"
     partition_by: Annotated[list[Text], Field(min_length=1)] | None = None
     merge_keys: Annotated[list[Text], Field(min_length=1)] | None = None
+    #: ``merge``: a batch with columns the table lacks adds them (schema evolution); unset: the
+    #: transformed rows must have the table's columns, checked before the query starts
+    schema_mode: Literal["merge"] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> DeltaSink:

@@ -86,6 +86,7 @@ from pipelines.jobs.idle import last_published
 from pipelines.jobs.jvm import start_context
 from pipelines.jobs.models import Job
 from pipelines.jobs.preflight import checkpoint_offsets, stored_offsets
+from pipelines.jobs.sink_schema import schema_problems, table_schema
 from pipelines.jobs.stopping import STOP, reclaim
 from pipelines.masking import mask
 from pipelines.options.bound import Bound
@@ -414,7 +415,8 @@ def check_output(job: Job, df: Any) -> None:
     """The transformed rows (``df``'s schema; no data is read) fit the sink's settings.
 
     Raises JobError naming the key: a Delta partition column or merge key the rows lack, a
-    partitioning other than the existing table's, rows the Pulsar sink cannot write.
+    partitioning other than the existing table's, columns that differ from the existing
+    table's (:mod:`pipelines.jobs.sink_schema`), rows the Pulsar sink cannot write.
     """
     columns = list(df.columns)
     listed = ", ".join(columns)
@@ -435,6 +437,7 @@ def check_output(job: Job, df: Any) -> None:
                 f"{job.source_file}: sink.delta.partition_by: {delta.path} is partitioned by "
                 f"[{', '.join(existing)}], the job says [{', '.join(wanted)}]"
             )
+        problems += schema_problems(job, df.schema.jsonValue(), table_schema(job, df.sparkSession))
     if job.sink.pulsar is not None:
         try:
             sink_settings(job.sink_options(), df.schema, streaming=True)
@@ -478,6 +481,7 @@ def _stream(job: Job, spark: Any) -> int:
             partition_by=job.sink.delta.partition_by,
             merge_keys=job.sink.delta.merge_keys,
             storage_options=job.storage_options(),
+            schema_mode=job.sink.delta.schema_mode,
         )
         if not checkpoint_exists(checkpoint):
             resumed = recover(eo, target)
@@ -768,6 +772,7 @@ def backfill(job: Job, start: Bound | None = None, end: Bound | None = None) -> 
                 partition_by=sink.partition_by,
                 spark=spark,
                 storage_options=job.storage_options(),
+                schema_mode=sink.schema_mode,
             )
             if job.offsets is not None:
                 positions = _end_positions(opts)

@@ -49,6 +49,8 @@ from pipelines.errors import OptionError, PipelinesError
 log = logging.getLogger("pipelines.state.delta")
 
 Mode = Literal["append", "overwrite", "merge"]
+#: ``"merge"``: a write may add columns to the table (schema evolution); None: it must match
+SchemaMode = Literal["merge"] | None
 _MODES = ("append", "overwrite", "merge")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _DELTA_EXTENSION = "DeltaSparkSessionExtension"
@@ -201,6 +203,7 @@ def write_idempotent(
     spark: Any = None,
     storage_options: dict[str, str] | None = None,
     metadata: Mapping[str, str] | None = None,
+    schema_mode: SchemaMode = None,
 ) -> bool:
     """Write ``data`` to the Delta table ``target`` once per ``(app_id, version)``.
 
@@ -211,7 +214,10 @@ def write_idempotent(
     ``"append"``, ``"overwrite"`` or ``"merge"`` (upsert by ``merge_keys``: matching rows
     are updated, others inserted). The table is created on the first write, partitioned
     by ``partition_by``. Returns True when it wrote, False when ``app_id`` had already
-    committed ``version`` or a later one (a replayed batch).
+    committed ``version`` or a later one (a replayed batch). ``schema_mode="merge"`` adds the
+    columns ``data`` has and the table lacks (and writes null to the ones it lacks):
+    delta-rs's ``schema_mode="merge"`` / ``merge_schema=True``, delta-spark's ``mergeSchema`` /
+    ``withSchemaEvolution()``; without it such a write fails.
 
     With delta-spark a replay is also skipped by Delta itself (``txnAppId``); True/False
     then comes from reading the log beforehand, and if that read fails the write is left
@@ -227,7 +233,17 @@ def write_idempotent(
         session = spark if spark is not None else data.sparkSession
         if delta_spark_available(session):
             return _spark_write(
-                data, target, app_id, version, mode, parts, keys, session, storage_options, metadata
+                data,
+                target,
+                app_id,
+                version,
+                mode,
+                parts,
+                keys,
+                session,
+                storage_options,
+                metadata,
+                schema_mode,
             )
         if is_table_name(target):
             raise PipelinesError(
@@ -237,7 +253,9 @@ def write_idempotent(
         data = data.toArrow()
     elif is_table_name(target):
         raise PipelinesError(f"{target}: deltalake writes need a path or URI, not a catalog table name")
-    return _rs_write(data, str(target), app_id, version, mode, parts, keys, storage_options, metadata)
+    return _rs_write(
+        data, str(target), app_id, version, mode, parts, keys, storage_options, metadata, schema_mode
+    )
 
 
 def merge_new_rows(
@@ -249,6 +267,7 @@ def merge_new_rows(
     partition_by: Sequence[str] | None = None,
     spark: Any = None,
     storage_options: dict[str, str] | None = None,
+    schema_mode: SchemaMode = None,
 ) -> int:
     """MERGE ``data`` into ``target`` on ``keys``: insert the rows not there yet; returns how many.
 
@@ -256,6 +275,7 @@ def merge_new_rows(
     left alone, so merging the same rows again changes nothing (and commits nothing). The
     table is created, partitioned by ``partition_by``, when missing. ``data`` is a pyarrow
     Table or a Spark DataFrame (delta-spark when the session has it, else converted to Arrow).
+    ``schema_mode`` as for :func:`write_idempotent`.
 
     Raises OptionError for bad keys, PipelinesError when the write fails.
     """
@@ -265,7 +285,7 @@ def merge_new_rows(
     if is_spark_dataframe(data):
         session = spark if spark is not None else data.sparkSession
         if delta_spark_available(session):
-            return _spark_merge_new(data, target, predicate, update, parts, session)
+            return _spark_merge_new(data, target, predicate, update, parts, session, schema_mode)
         data = data.toArrow()
 
     target = str(target)
@@ -273,7 +293,9 @@ def merge_new_rows(
         snapshot = _snapshot(target, storage_options)
         if snapshot is None:
             snapshot = _create(target, data.schema, parts, storage_options)
-        merge = snapshot.merge(data, predicate, source_alias="s", target_alias="t")
+        merge = snapshot.merge(
+            data, predicate, source_alias="s", target_alias="t", merge_schema=schema_mode == "merge"
+        )
         if update:
             merge = merge.when_matched_update_all()
         metrics = merge.when_not_matched_insert_all().execute()
@@ -283,7 +305,13 @@ def merge_new_rows(
 
 
 def _spark_merge_new(
-    df: Any, target: str | Path, predicate: str, update: bool, parts: list[str] | None, spark: Any
+    df: Any,
+    target: str | Path,
+    predicate: str,
+    update: bool,
+    parts: list[str] | None,
+    spark: Any,
+    schema_mode: SchemaMode = None,
 ) -> int:
     """delta-spark: needs the Delta jars, so it is exercised only where they are present."""
     from delta.tables import DeltaTable as SparkDeltaTable
@@ -305,6 +333,8 @@ def _spark_merge_new(
             else SparkDeltaTable.forPath(spark, str(target))
         )
         merge = table.alias("t").merge(df.alias("s"), predicate)
+        if schema_mode == "merge":
+            merge = merge.withSchemaEvolution()
         if update:
             merge = merge.whenMatchedUpdateAll()
         merge.whenNotMatchedInsertAll().execute()
@@ -384,6 +414,7 @@ def _rs_write(
     merge_keys: list[str],
     storage_options: dict[str, str] | None,
     metadata: Mapping[str, str] | None = None,
+    schema_mode: SchemaMode = None,
 ) -> bool:
 
     if not isinstance(data, (pa.Table, pa.RecordBatchReader)):
@@ -418,7 +449,12 @@ def _rs_write(
             if mode == "merge":
                 predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in merge_keys)
                 snapshot.merge(
-                    data, predicate, source_alias="s", target_alias="t", commit_properties=props
+                    data,
+                    predicate,
+                    source_alias="s",
+                    target_alias="t",
+                    merge_schema=schema_mode == "merge",
+                    commit_properties=props,
                 ).when_matched_update_all().when_not_matched_insert_all().execute()
             else:
                 write_deltalake(
@@ -426,6 +462,7 @@ def _rs_write(
                     data,
                     mode="overwrite" if mode == "overwrite" else "append",
                     partition_by=partition_by,
+                    schema_mode=schema_mode,
                     storage_options=storage_options,
                     commit_properties=props,
                 )
@@ -456,6 +493,7 @@ def _spark_write(
     spark: Any,
     storage_options: dict[str, str] | None,
     metadata: Mapping[str, str] | None = None,
+    schema_mode: SchemaMode = None,
 ) -> bool:
     """delta-spark: needs the Delta jars, so it is exercised only where they are present."""
     try:
@@ -475,7 +513,7 @@ def _spark_write(
             if metadata:
                 spark.conf.set(key, json.dumps(dict(metadata)))
             try:
-                _spark_merge(df, target, app_id, version, merge_keys, spark)
+                _spark_merge(df, target, app_id, version, merge_keys, spark, schema_mode)
             finally:
                 if metadata:
                     spark.conf.unset(key)
@@ -488,6 +526,8 @@ def _spark_write(
         )
         if metadata:
             writer = writer.option("userMetadata", json.dumps(dict(metadata)))
+        if schema_mode == "merge":
+            writer = writer.option("mergeSchema", "true")
         if partition_by:
             writer = writer.partitionBy(*partition_by)
         if is_table_name(target):
@@ -507,7 +547,15 @@ def _spark_table_exists(spark: Any, target: str | Path) -> bool:
     return bool(SparkDeltaTable.isDeltaTable(spark, str(target)))
 
 
-def _spark_merge(df: Any, target: str | Path, app_id: str, version: int, keys: list[str], spark: Any) -> None:
+def _spark_merge(
+    df: Any,
+    target: str | Path,
+    app_id: str,
+    version: int,
+    keys: list[str],
+    spark: Any,
+    schema_mode: SchemaMode = None,
+) -> None:
     """MERGE with the session-wide txn confs Delta reads for DML (set and cleared under a lock)."""
     from delta.tables import DeltaTable as SparkDeltaTable
 
@@ -521,13 +569,10 @@ def _spark_merge(df: Any, target: str | Path, app_id: str, version: int, keys: l
         spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
         spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
         try:
-            (
-                table.alias("t")
-                .merge(df.alias("s"), condition)
-                .whenMatchedUpdateAll()
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+            merge = table.alias("t").merge(df.alias("s"), condition)
+            if schema_mode == "merge":
+                merge = merge.withSchemaEvolution()
+            merge.whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
         finally:
             spark.conf.unset("spark.databricks.delta.write.txnAppId")
             spark.conf.unset("spark.databricks.delta.write.txnVersion")

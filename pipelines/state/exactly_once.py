@@ -38,7 +38,7 @@ from typing import Any
 from pipelines.errors import PipelinesError
 from pipelines.options.client import CLIENT_PREFIX, client_settings
 from pipelines.spark.planner import Planner, TopicSelector
-from pipelines.state.delta import commit_metadata, write_idempotent
+from pipelines.state.delta import SchemaMode, commit_metadata, write_idempotent
 from pipelines.state.offsets import OffsetStore
 from pipelines.state.positions import Offsets
 
@@ -68,6 +68,7 @@ class ExactlyOnceJob:
     partition_by: Sequence[str] | None = None
     merge_keys: Sequence[str] | None = None
     storage_options: dict[str, str] | None = None
+    schema_mode: SchemaMode = None  # "merge": a batch may add columns to the table
     fault: Callable[[str, int], None] | None = field(default=None, compare=False)
 
     @property
@@ -204,6 +205,7 @@ def write_delta_exactly_once(batch_df: Any, batch_id: int, target: str, job: Exa
         spark=spark,
         storage_options=job.storage_options,
         metadata=metadata,
+        schema_mode=job.schema_mode,
     )
     if not wrote:
         log.info("job %s: batch %d was already in %s (replay)", job.name, batch_id, target)

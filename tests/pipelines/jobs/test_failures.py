@@ -514,23 +514,43 @@ def wait_for(lines: list[str], text: str, proc: subprocess.Popen[str], timeout: 
         time.sleep(0.05)
 
 
-def live_in_group(pgid: int) -> list[int]:
-    """Processes of the group that are still running (zombies waiting to be reaped do not count)."""
-    alive = []
+def processes() -> dict[int, tuple[int, int]]:
+    """Every running process (zombies waiting to be reaped do not count): pid → (ppid, pgid)."""
+    found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            alive.append(int(stat.parent.name))
-    return alive
+        if fields[0] != "Z":
+            found[int(stat.parent.name)] = (int(fields[1]), int(fields[2]))
+    return found
 
 
-def group_ends(pgid: int, timeout: float = 30) -> bool:
-    """Whether every process of the run (the JVM and Spark's Python workers too) has exited."""
+def descendants(pid: int) -> set[int]:
+    """The processes ``pid`` started, and theirs: Spark's JVM (in a session of its own) and the
+    Python workers it forks."""
+    table = processes()
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        children = [p for p, (ppid, _) in table.items() if ppid == parent and p not in found]
+        found.update(children)
+        todo.extend(children)
+    return found
+
+
+def live_in(pgid: int) -> list[int]:
+    """The running processes of a process group."""
+    return [p for p, (_, g) in processes().items() if g == pgid]
+
+
+def group_ends(pgid: int, also: set[int] | frozenset[int] = frozenset(), timeout: float = 30) -> bool:
+    """Whether every process of the run's group, and ``also`` (its descendants: the JVM and Spark's
+    Python workers, which are in a group of their own), has exited."""
     deadline = time.monotonic() + timeout
-    while live_in_group(pgid):
+    while any(p in also or g == pgid for p, (_, g) in processes().items()):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)
@@ -538,13 +558,14 @@ def group_ends(pgid: int, timeout: float = 30) -> bool:
 
 
 @pytest.mark.spark_process  # every run is its own process: the signals are the point
-def test_ctrl_c_and_sigterm_stop_cleanly_and_a_rerun_is_exactly_once(broker: Broker, tmp_path: Path) -> None:
+def test_signals_and_a_refused_second_run_leave_a_rerun_exactly_once(broker: Broker, tmp_path: Path) -> None:
     produce(broker.service_url, "orders", 6000)
     small = ("--set", "source.pulsar.max_messages_per_trigger=500")
 
     # Ctrl-C in a terminal: SIGINT to the whole process group; the batch in flight commits
     proc, lines = start_run(broker, tmp_path, *small)
     wait_for(lines, "] batch 0:", proc)
+    spark = descendants(proc.pid)
     os.killpg(proc.pid, signal.SIGINT)
     t = time.monotonic()
     code = proc.wait(60)
@@ -556,23 +577,45 @@ def test_ctrl_c_and_sigterm_stop_cleanly_and_a_rerun_is_exactly_once(broker: Bro
     ]
     assert len(err.splitlines()) <= 2  # that line and the JVM's own "Using incubator modules"
     assert "stopped (rerun to continue)" in lines.complete()[-1]
-    assert group_ends(proc.pid)  # no JVM or Python worker left behind
+    assert group_ends(proc.pid, spark)  # no JVM or Python worker left behind
     stopped_at = len(order_ids(tmp_path))
     assert 0 < stopped_at < 6000 and stopped_at % 500 == 0  # whole batches only
 
-    # SIGTERM (to the process, as docker stop, kubectl and kill send it): the same, exit 143
-    proc, lines = start_run(broker, tmp_path, *small)
+    # while a run goes on, a second run of the job and a reset of its positions are refused at
+    # once, in one line naming the run that holds the job's lock
+    slow = ("--set", "source.pulsar.max_messages_per_trigger=50")  # still running after the refusals
+    proc, lines = start_run(broker, tmp_path, *slow)
     wait_for(lines, "] batch ", proc)
-    os.kill(proc.pid, signal.SIGTERM)
+    lock = f"{tmp_path}/checkpoints/orders_ingest.lock"
+    for args in (("run", INGEST), ("offsets", "reset", INGEST, "--to", "earliest", "--yes")):
+        ran = pipelines(*args, PULSAR_URL=broker.service_url, PIPELINES_DATA_DIR=str(tmp_path))
+        assert ran.code == 1 and ran.out == "" and len(ran.err_lines) == 1, ran
+        assert ran.err_lines[0].startswith(
+            f"jobs/orders_ingest.yaml: checkpoint: job orders_ingest is busy: pipelines run {INGEST} "
+            f"(pid {proc.pid} on "
+        ), ran.err
+        assert f"holds its lock {lock}; one command at a time" in ran.err_lines[0]
+    assert proc.poll() is None  # the run goes on
+
+    # SIGTERM to the whole process group (a shell's `kill -TERM -PGID`, a supervisor; docker stop
+    # and kubectl send it to the process alone, which is the same for the driver): the batch in
+    # flight commits, exit 143; Spark's JVM and workers, in a session of their own, are not hit
+    spark = descendants(proc.pid)
+    assert spark - set(live_in(proc.pid)), "Spark's JVM runs outside the driver's process group"
+    os.killpg(proc.pid, signal.SIGTERM)
     code = proc.wait(60)
     err = proc.stderr.read() if proc.stderr else ""
     assert code == 143 and no_trace(err) and len(err.splitlines()) <= 2, (code, err, lines.complete())
-    assert "stopped (rerun to continue)" in lines.complete()[-1] and group_ends(proc.pid)
-    assert len(order_ids(tmp_path)) % 500 == 0
+    assert [line for line in err.splitlines() if "SIGTERM" in line] == [
+        "[orders_ingest] SIGTERM: stopping after the current batch (send it again to stop at once)"
+    ]
+    assert "stopped (rerun to continue)" in lines.complete()[-1] and group_ends(proc.pid, spark)
+    assert len(order_ids(tmp_path)) % 50 == 0
 
     # Ctrl-C twice (impatient): the second stops at once, mid-batch, still without a trace
     proc, lines = start_run(broker, tmp_path, *small)
     wait_for(lines, "] batch ", proc)
+    spark = descendants(proc.pid)
     os.killpg(proc.pid, signal.SIGINT)
     time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGINT)
@@ -580,7 +623,7 @@ def test_ctrl_c_and_sigterm_stop_cleanly_and_a_rerun_is_exactly_once(broker: Bro
     err = proc.stderr.read() if proc.stderr else ""
     assert code == 130 and no_trace(err), (code, err, lines.complete())
     assert "SIGINT again: stopping now" in err
-    assert group_ends(proc.pid)
+    assert group_ends(proc.pid, spark)
 
     # the rerun takes everything else, exactly once
     ran = pipelines("run", INGEST, PULSAR_URL=broker.service_url, PIPELINES_DATA_DIR=str(tmp_path))
