@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import socket
 import ssl
 import sys
@@ -65,13 +66,17 @@ def warn(text: str) -> None:
 
 
 # -- paths ------------------------------------------------------------------------------------
+#: a URI scheme (``s3://``, ``abfss://``, ``dbfs:/``); one letter is a Windows drive, not a scheme
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
+
+
 def local_path(target: str, *, table: bool = False) -> Path | None:
     """The local filesystem path of ``target`` (a plain path or ``file:`` URI); None for other URIs
     and, with ``table``, for catalog table names (no ``/``)."""
     if target.startswith("file:"):
         rest = target[len("file:") :]
         return Path(rest[2:] if rest.startswith("//") else rest)
-    if "://" in target or (table and "/" not in target and "\\" not in target):
+    if _SCHEME.match(target) or (table and "/" not in target and "\\" not in target):
         return None
     return Path(target)
 
