@@ -1,9 +1,10 @@
 """The import boundaries of pipelines' sub-packages.
 
 Only ``pipelines.spark`` (and the runner, which starts Spark, with ``pipelines.jobs.jvm`` that
-launches its JVM and ``pipelines.jobs.testing`` that runs it) may import pyspark when imported; ``pipelines validate`` and ``pipelines list``
-run in a fresh interpreter without loading it. Checked twice: statically, on every module's
-top-level imports, and by running the command in a subprocess and listing its modules.
+launches its JVM and ``pipelines.jobs.testing`` that runs it) may import pyspark when
+imported; ``pipelines validate`` and ``pipelines list`` run in a fresh interpreter without
+loading it. Checked twice: statically, on every module's top-level imports, and by running the
+command in a subprocess and listing its modules.
 
 Imports stay at the top of a module, except the few :data:`NESTED_IMPORTS` list with their
 reason: keeping pyspark out of the modules above, and keeping what only some queries need out
