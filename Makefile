@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The main job: our broker on a free port (data in .run/), sample orders, jobs/orders_ingest.yaml.
+# The main job: our broker on a free port, sample orders, jobs/orders_ingest.yaml (all under .run/demo/).
 run: $(STAMP)
 	$(PY) -m jobs.demo run
 

@@ -7,9 +7,13 @@ the producer is named ``demo-orders`` with sequence id ``i``, so producing the s
 again is dropped by a broker with deduplication: the topic holds each order once.
 
 ``python -m jobs.demo run`` is what ``make run`` does: start our broker on a free
-loopback port with its data under ``.run/``, produce the sample orders, run
-``jobs/orders_ingest.yaml`` (profile ``local``) until the backlog is in Delta, print a summary
-of the table and the stored offsets, stop the broker. Running it twice adds nothing.
+loopback port, produce the sample orders, run ``jobs/orders_ingest.yaml`` (profile ``local``)
+until the backlog is in Delta, print a summary of the table and the stored offsets, stop the
+broker. Running it twice adds nothing. Everything it keeps is under ``.run/demo/`` (``--root``):
+the broker's data in ``broker/``, the job's tables and checkpoint in ``data/`` (whatever
+``PIPELINES_DATA_DIR`` says). The README's quick-start broker (``.run/broker``, port 6650) and
+the jobs run against it (``.run/data``) are another world: positions of one never meet the
+other broker's topics, which would be "past the end".
 """
 
 from __future__ import annotations
@@ -110,7 +114,7 @@ def run_demo(count: int, root: Path) -> int:
 
     with broker(root / "broker") as url:
         os.environ["PULSAR_URL"] = url
-        os.environ.setdefault("PIPELINES_DATA_DIR", str(root / "data"))
+        os.environ["PIPELINES_DATA_DIR"] = str(root / "data")  # the demo's positions, for its broker
         job = load_job("jobs/orders_ingest.yaml", "local")
         new = produce(url, "orders", count)
         print(f"broker {url}: produced {count} orders ({new} new, the rest deduplicated)")
@@ -129,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pp.add_argument("--first", type=int, default=0)
     pr = sub.add_parser("run", help="what `make run` does")
     pr.add_argument("--count", type=int, default=5000)
-    pr.add_argument("--root", type=Path, default=Path(".run"))
+    pr.add_argument("--root", type=Path, default=Path(".run", "demo"))
     args = p.parse_args(argv)
     if args.command == "produce":
         new = produce(args.service_url, args.topic, args.count, args.first)

@@ -65,7 +65,8 @@ def blocks() -> list[Block]:
 BLOCKS = blocks()
 #: blocks not run, by file and first line, with the reason
 NOT_RUN = {
-    ("README.md", "make test"): "make test is this test suite; make run is the demo tests/pipelines runs",
+    ("README.md", "make test"): "make test is this test suite; its make run line is run by"
+    " test_readme_runs_top_to_bottom",
     ("docs/broker.md", "python -m pulsarwire.broker --port 6650"): "a synopsis ([optional] arguments)",
     (
         "docs/broker.md",
@@ -145,32 +146,33 @@ def run_bash(
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-@pytest.fixture
-def broker_block(checkout: Path) -> Iterator[str]:
-    """The README's quick-start broker command, running (on a free port) while the test runs."""
+@contextlib.contextmanager
+def readme_broker(checkout: Path) -> Iterator[str]:
+    """The README's quick-start broker command, running (on a free port) while the block runs."""
     (block,) = [b for b in BLOCKS if b.file == "README.md" and "-m pulsarwire.broker" in b.code]
     port = free_port()
-    code = shell(block.code, port).replace("/tmp/pw-data", str(checkout / "pw-data"))
     proc = subprocess.Popen(
-        ["bash", "-e", "-c", code],
+        ["bash", "-e", "-c", shell(block.code, port)],
         cwd=checkout,
         env=clean_env(checkout),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the README's broker did not start"
-            time.sleep(0.1)
-    yield f"pulsar://127.0.0.1:{port}"
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(30)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the README's broker did not start"
+                time.sleep(0.1)
+        yield f"pulsar://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
 
 
 # -- the tests -------------------------------------------------------------------------------------
@@ -211,15 +213,29 @@ def test_jobs_md_profile_snippet_is_conf_databricks_yaml() -> None:
 
 
 @pytest.mark.spark_process
-def test_readme_commands_run(checkout: Path, broker_block: str) -> None:
+def test_readme_runs_top_to_bottom(checkout: Path) -> None:
+    """What a user runs in the README's order, in one checkout: ``make run``, the quick-start
+    broker, the Jobs commands against it. Each block finds the state the ones before it left
+    (data dirs, ports): nothing "past the end", and the second ingest has nothing to read."""
+    (two,) = [b for b in BLOCKS if b.file == "README.md" and b.code.startswith("make test")]
+    (make_run,) = [line for line in two.code.splitlines() if line.startswith("make run")]
+    shutil.copy(ROOT / "Makefile", checkout / "Makefile")
+    # the checkout borrows this suite's .venv: -o keeps make from reinstalling into it
+    make = make_run.replace("make run", "make -o .venv/.installed run", 1)
+    proc = run_bash(make, checkout, clean_env(checkout))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "produced 5000 orders (5000 new" in proc.stdout and ": 5000 rows, 5000 orders" in proc.stdout
+
     (block,) = [b for b in BLOCKS if b.file == "README.md" and "pipelines validate" in b.code]
-    proc = run_bash(block.code, checkout, clean_env(checkout, PULSAR_URL=broker_block))
+    with readme_broker(checkout) as url:
+        proc = run_bash(block.code, checkout, clean_env(checkout, PULSAR_URL=url))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ok  jobs/orders_ingest.yaml" in proc.stdout
     assert "[orders_ingest] done: " in proc.stdout and "orders_raw has 1000 rows" in proc.stdout
+    assert "[orders_ingest] nothing to read: " in proc.stdout  # the second run: no Spark
     assert "no messages in this window" in proc.stdout
     assert "backlog 0 messages" in proc.stdout and "positions reset to" in proc.stdout
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr and "past the topic's end" not in proc.stderr
 
 
 @pytest.mark.spark_process
