@@ -9,9 +9,11 @@ process at once (``os._exit``): the batch in flight is rolled back by the sink's
 Neither prints a traceback. The exit status is 128 + the signal number: 130 for SIGINT,
 143 for SIGTERM, as shells report them.
 
-Ctrl-C in a terminal signals the whole process group; Spark's JVM and its Python workers
-ignore SIGINT, so only this process acts on it. SIGTERM must go to this process only (``kill``,
-``docker stop``, Kubernetes): sent to the group it also stops the JVM and the workers.
+Ctrl-C in a terminal signals the whole process group, and so may a supervisor or ``kill -TERM
+-PGID``; ``kill``, ``docker stop`` and Kubernetes signal this process alone. Either way only this
+process acts on it: Spark's JVM and its Python workers run in a process session of their own
+(:mod:`pipelines.jobs.jvm`), so a signal to the group does not reach them, and this process
+stops Spark after the batch in flight.
 
 Outside :func:`installed` (a job run from Python, the tests) nothing changes: Ctrl-C raises
 KeyboardInterrupt as usual.
