@@ -84,6 +84,7 @@ from pipelines.errors import (
 )
 from pipelines.jobs.idle import last_published
 from pipelines.jobs.jvm import start_context
+from pipelines.jobs.lock import checkpoint_of
 from pipelines.jobs.models import Job
 from pipelines.jobs.preflight import checkpoint_offsets, stored_offsets
 from pipelines.jobs.sink_schema import schema_problems, table_schema
@@ -466,7 +467,7 @@ def _stream(job: Job, spark: Any) -> int:
     source = job.source_options()
     progress = Progress(job, lag_options=source)
     assert job.checkpoint is not None or job.sink.console is not None
-    checkpoint = job.checkpoint or str(Path(".run", "console-checkpoints", job.name))
+    checkpoint = checkpoint_of(job)
     options = dict(source)
     extra = ""
     if job.sink.delta is not None:
