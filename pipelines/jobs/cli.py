@@ -232,7 +232,7 @@ def _list(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> Any:
     job = _load(args)
     with stopping.installed(job.name) as stop:
-        preflight.check(job, "run")
+        again = preflight.check(job, "run")
         if args.dry_run:
             print(f"{job.source_file}: resolved with --env {job.env} (secrets masked):")
             print(textwrap.indent(dump_yaml(redacted(job)), "    "), end="")
@@ -241,7 +241,7 @@ def _run(args: argparse.Namespace) -> Any:
             return 0
         if stop.requested:
             return stop.exit_code
-        code = _runner().run_job(job)
+        code = _runner().run_job(job, again=again)
         return stop.exit_code if stop.requested else code
 
 

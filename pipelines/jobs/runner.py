@@ -79,6 +79,7 @@ from pipelines.errors import (
     OptionError,
     PipelinesError,
     SinkError,
+    StaleEpochError,
     short_error,
     task_errors,
 )
@@ -104,7 +105,9 @@ from pipelines.state.delta import delta_spark_available, is_table_name, merge_ne
 from pipelines.state.exactly_once import (
     ExactlyOnceJob,
     batch_offsets,
+    checkpoint_file_exists,
     close_clients,
+    move_aside,
     query_id,
     recover,
     write_delta_exactly_once,
@@ -201,8 +204,12 @@ def transform(job: Job, spark: Any, df: Any) -> Any:
     return fn(df)
 
 
-def checkpoint_exists(checkpoint: str) -> bool:
-    return Path(checkpoint.removeprefix("file:"), "metadata").exists() if "://" not in checkpoint else True
+def checkpoint_exists(checkpoint: str, spark: Any = None) -> bool:
+    """Whether ``checkpoint`` holds a query's checkpoint; a remote one is asked through ``spark``
+    (and taken to exist without it)."""
+    if "://" not in checkpoint:
+        return Path(checkpoint.removeprefix("file:"), "metadata").exists()
+    return spark is None or checkpoint_file_exists(f"{checkpoint.rstrip('/')}/metadata", spark)
 
 
 # -- progress --------------------------------------------------------------------------------
@@ -371,15 +378,19 @@ def _await(query: Any, progress: Progress) -> None:
 
 
 # -- run ---------------------------------------------------------------------------------------
-def run_job(job: Job) -> int:
+def run_job(job: Job, again: Offsets | None = None) -> int:
     """``pipelines run``: run the job's trigger to its end; 0 on success, raises on failure.
 
+    ``again``: partitions whose data was lost (``fail_on_data_loss: false``, found by
+    :func:`pipelines.jobs.preflight.check`), repositioned at these positions first.
     A publish (Delta → Pulsar) whose Spark job fails raises SinkError naming the job, the table
     version and the task's error; the versions before it stay recorded as published.
     """
     with spark_session(job) as spark:
         if job.source.kind == "delta":
             return _publish(job, spark)
+        if again:
+            reposition(job, again, "read again from the earliest message after data loss", spark)
         return _stream(job, spark)
 
 
@@ -388,6 +399,7 @@ _ERROR_KEYS: dict[type[PipelinesError], str] = {
     MissingTopicError: "source.pulsar.topic",
     OffsetsAheadError: "checkpoint",
     DataLossError: "source.pulsar.fail_on_data_loss",
+    StaleEpochError: "offsets",
     OffsetStoreError: "offsets",
 }
 
@@ -463,18 +475,8 @@ def _stream(job: Job, spark: Any) -> int:
     options = dict(source)
     extra = ""
     if job.sink.delta is not None:
-        assert job.offsets is not None
+        eo = exactly_once_job(job)
         target = job.sink.delta.path
-        eo = ExactlyOnceJob(
-            job.name,
-            checkpoint,
-            job.offsets,
-            source,
-            mode=job.sink.delta.mode,
-            partition_by=job.sink.delta.partition_by,
-            merge_keys=job.sink.delta.merge_keys,
-            storage_options=job.storage_options(),
-        )
         if not checkpoint_exists(checkpoint):
             resumed = recover(eo, target)
             if len(resumed):
@@ -914,16 +916,57 @@ def show_offsets(job: Job) -> int:
 
 def reset_offsets(job: Job, position: Bound) -> int:
     """``pipelines offsets reset --to POSITION``: every topic-partition's stored position set to
-    ``position``; an existing local checkpoint is moved aside so the next run starts there."""
-    store = _offset_store(job)
+    ``position`` (:func:`reposition`); the next run starts there."""
     offsets = _positions_for(job, position)
-    store.reset(job.name, offsets)
-    say(f"job {job.name}: positions reset to {offsets.to_json()}")
-    if job.checkpoint is not None and checkpoint_exists(job.checkpoint) and "://" not in job.checkpoint:
-        aside = f"{job.checkpoint.rstrip('/')}.before-reset-{int(time.time())}"
-        os.rename(job.checkpoint, aside)
-        say(f"job {job.name}: checkpoint moved to {aside}; the next run starts from the reset positions")
+    if job.checkpoint is not None and "://" in job.checkpoint:  # moved aside through Spark's FileSystem
+        with spark_session(job) as spark:
+            reposition(job, offsets, "reset", spark)
+    else:
+        reposition(job, offsets, "reset")
     return 0
+
+
+def exactly_once_job(job: Job) -> ExactlyOnceJob:
+    """The exactly-once settings of a job with a Delta sink, at the store's reset epoch now."""
+    assert job.sink.delta is not None and job.offsets is not None
+    return ExactlyOnceJob(
+        job.name,
+        job.checkpoint or "",
+        job.offsets,
+        job.source_options(),
+        mode=job.sink.delta.mode,
+        partition_by=job.sink.delta.partition_by,
+        merge_keys=job.sink.delta.merge_keys,
+        storage_options=job.storage_options(),
+        epoch=_offset_store(job).epoch(job.name),
+    )
+
+
+def reposition(job: Job, offsets: Offsets, why: str, spark: Any = None) -> None:
+    """Make ``offsets`` where the job resumes in their topic-partitions, authoritatively.
+
+    In this order: what the sink already holds of the current reset epoch is brought into the
+    store (:func:`~pipelines.state.exactly_once.recover`: the other partitions keep their
+    committed positions); the store takes ``offsets`` at the next reset epoch, so that sink
+    commits from before no longer count; the job's durable subscription is moved to them
+    (back too), so that it is acknowledged exactly up to them; the checkpoint, which would
+    resume from its own positions, is moved aside (``spark`` moves a remote one).
+    """
+    store = _offset_store(job)
+    if job.sink.delta is not None:
+        recover(exactly_once_job(job), job.sink.delta.path)
+    epoch = store.reset(job.name, offsets)
+    say(f"job {job.name}: positions {why}: {offsets.to_json()} (reset epoch {epoch})")
+    if job.source.pulsar is not None:
+        opts = SourceSettings.parse(job.source_options(), streaming=True)
+        planner = Planner(opts.settings, opts.selector, subscription=job.subscription)
+        try:
+            planner.rewind(offsets)
+        finally:
+            planner.close()
+    if job.checkpoint is not None and checkpoint_exists(job.checkpoint, spark):
+        aside = move_aside(job.checkpoint, f".before-reset-{int(time.time())}", spark)
+        say(f"job {job.name}: checkpoint moved to {aside}; the next run starts from these positions")
 
 
 def _position_of(row: dict[str, Any]) -> Position:
