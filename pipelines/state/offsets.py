@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, Field
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.schema import PrimitiveType
 
 from pipelines.errors import OffsetStoreError, StaleEpochError
 from pipelines.state.delta import (
@@ -223,7 +224,7 @@ class DeltaRsEngine:
         def op() -> None:
             dt = self._open_or_create()
             if "reset_epoch" not in {f.name for f in dt.schema().fields}:  # written before the column
-                dt.alter.add_columns([Field("reset_epoch", "long", nullable=True)])
+                dt.alter.add_columns([Field("reset_epoch", PrimitiveType("long"), nullable=True)])
             merge = dt.merge(
                 source,
                 "t.job = s.job AND t.topic = s.topic",
