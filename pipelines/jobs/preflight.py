@@ -61,6 +61,7 @@ from pipelines.jobs.models import Job
 from pipelines.masking import mask
 from pipelines.options.client import ClientSettings, client_settings
 from pipelines.spark.planner import Planner, SourceSettings, TopicSelector, released_entry, resolve_start
+from pipelines.state.delta import DELTA_SPARK_CLASSES
 from pipelines.state.exactly_once import batch_offsets
 from pipelines.state.offsets import OffsetStore
 from pipelines.state.positions import Offsets, Position
@@ -133,6 +134,45 @@ def path_problems(job: Job) -> list[str]:
                 "(run the job that writes it first)"
             )
     return out
+
+
+# -- the Delta engine ----------------------------------------------------------------------------
+def engine_problems(job: Job) -> list[str]:
+    """``spark.delta_engine: delta-spark`` on a session this command starts: the job's Spark
+    settings must bring the Delta jars and the session extension (the runner checks an existing
+    session once it has joined it)."""
+    if job.spark.delta_engine != "delta-spark" or job.spark.session != "new":
+        return []
+    if job.sink.delta is None and job.offsets is None and job.source.delta is None:
+        return []
+    conf = {k: str(v) for k, v in job.spark.conf.items()}
+    packages = conf.get("spark.jars.packages", "")
+    jars = conf.get("spark.jars", "")
+    bundled = _pyspark_jars()
+    missing = []
+    if "io.delta:delta-spark" not in packages and "delta-spark" not in jars and not bundled:
+        missing.append(
+            f"the classes {' and '.join(DELTA_SPARK_CLASSES)} (no Delta jars: spark.conf has no "
+            "spark.jars.packages io.delta:delta-spark_2.13:<version> nor spark.jars with them)"
+        )
+    if "DeltaSparkSessionExtension" not in conf.get("spark.sql.extensions", ""):
+        missing.append("spark.sql.extensions: io.delta.sql.DeltaSparkSessionExtension")
+    if not missing:
+        return []
+    return [
+        f"{job.source_file}: spark.delta_engine: delta-spark needs {'; and '.join(missing)}; add them "
+        "to spark.conf, or set spark.delta_engine: auto (deltalake when Delta's jars are not there)"
+    ]
+
+
+def _pyspark_jars() -> bool:
+    """Whether pyspark's own jars directory holds a delta-spark jar (an image built with it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return False
+    return any(Path(spec.origin).parent.joinpath("jars").glob("delta-spark*.jar"))
 
 
 # -- service URLs ------------------------------------------------------------------------------
@@ -368,7 +408,7 @@ def check(job: Job, command: str) -> Offsets:
     under ``fail_on_data_loss: false``; empty otherwise). Raises JobError with one line per
     problem; prints warnings to stderr.
     """
-    problems = path_problems(job) if command in ("run", "backfill") else []
+    problems = path_problems(job) + engine_problems(job) if command in ("run", "backfill") else []
     problems += service_problems(job)
     if problems:
         raise JobError(problems)

@@ -101,7 +101,13 @@ from pipelines.spark.planner import (
 )
 from pipelines.spark.reader import source_schema
 from pipelines.spark.sink import sink_settings, write_pulsar_exactly_once
-from pipelines.state.delta import delta_spark_available, is_table_name, merge_new_rows
+from pipelines.state.delta import (
+    DELTA_SPARK_CLASSES,
+    ENGINE_CONF,
+    delta_spark_available,
+    is_table_name,
+    merge_new_rows,
+)
 from pipelines.state.exactly_once import (
     ExactlyOnceJob,
     batch_offsets,
@@ -176,6 +182,11 @@ def spark_session(job: Job) -> Iterator[Any]:
     call started is stopped on the way out."""
     spark, created = session(job)
     try:
+        engine = delta_engine(job, spark)
+        if engine is not None:
+            say(
+                f"[{job.name}] Delta tables written by {engine} (spark.delta_engine: {job.spark.delta_engine})"
+            )
         yield spark
     except PipelinesError:
         raise
@@ -185,6 +196,25 @@ def spark_session(job: Job) -> Iterator[Any]:
         close_clients()
         if created:
             spark.stop()
+
+
+def delta_engine(job: Job, spark: Any) -> str | None:
+    """The engine that writes the job's Delta tables in ``spark`` (None when it writes none):
+    ``spark.delta_engine`` recorded in the session, then honoured. Raises JobError when it says
+    delta-spark and the session cannot (the classes or the extension are missing)."""
+    if job.sink.delta is None and job.offsets is None:
+        return None
+    spark.conf.set(ENGINE_CONF, job.spark.delta_engine)
+    if delta_spark_available(spark):
+        return "delta-spark"
+    if job.spark.delta_engine == "delta-spark":
+        raise JobError(
+            f"{job.source_file}: spark.delta_engine: delta-spark, but this Spark session cannot load "
+            f"{' and '.join(DELTA_SPARK_CLASSES)} (or spark.sql.extensions lacks "
+            "io.delta.sql.DeltaSparkSessionExtension): add the Delta jars (spark.jars.packages "
+            "io.delta:delta-spark_2.13:<version>) and the extension, or set spark.delta_engine: auto"
+        )
+    return "deltalake (delta-rs)"
 
 
 def transform(job: Job, spark: Any, df: Any) -> Any:
