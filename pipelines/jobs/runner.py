@@ -184,9 +184,8 @@ def spark_session(job: Job) -> Iterator[Any]:
     try:
         engine = delta_engine(job, spark)
         if engine is not None:
-            say(
-                f"[{job.name}] Delta tables written by {engine} (spark.delta_engine: {job.spark.delta_engine})"
-            )
+            setting = job.spark.delta_engine
+            say(f"[{job.name}] Delta tables written by {engine} (spark.delta_engine: {setting})")
         yield spark
     except PipelinesError:
         raise
