@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import os
 import socket
 import ssl
@@ -167,8 +168,6 @@ def engine_problems(job: Job) -> list[str]:
 
 def _pyspark_jars() -> bool:
     """Whether pyspark's own jars directory holds a delta-spark jar (an image built with it)."""
-    import importlib.util
-
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
         return False
@@ -346,15 +345,20 @@ def lost_positions(job: Job, planner: Planner, parts: list[str]) -> dict[str, st
     acked_start, acked_where = start_positions(job, committed=True)
     if acked_start is None:
         return found
-    # the subscription is acknowledged before a position is stored (or a batch committed)
-    acked = planner.acknowledged([tp for tp in acked_start if tp in latest and tp not in found])
+    # the subscription is acknowledged before a position is stored (or a batch committed); the
+    # job has subscribed before, so asking subscribes nothing new unless it was lost
+    durable = _planner(job, durable=True)
+    try:
+        acked = durable.acknowledged([tp for tp in acked_start if tp in latest and tp not in found])
+    finally:
+        durable.close()
     for tp, mark in acked.items():
         owed = released_entry(acked_start[tp])
         if mark is not None and owed is not None and mark < owed:
             found[tp] = str(
                 SubscriptionLostError(
                     tp,
-                    str(planner.subscription),
+                    job.subscription,
                     str(acked_start[tp]),
                     "nothing" if mark.entry_id < 0 and mark.ledger_id < 0 else str(mark),
                     "checkpointed" if acked_where == "checkpoint" else "stored",
@@ -387,7 +391,7 @@ def topic_problems(job: Job, *, positions: bool) -> tuple[list[str], Offsets]:
     src = job.source.pulsar
     if src is None or src.wait_for_topic:
         return [], Offsets({})
-    planner = _planner(job, durable=positions)
+    planner = _planner(job)
     try:
         try:
             parts = planner.partitions()

@@ -182,10 +182,7 @@ def spark_session(job: Job) -> Iterator[Any]:
     call started is stopped on the way out."""
     spark, created = session(job)
     try:
-        engine = delta_engine(job, spark)
-        if engine is not None:
-            setting = job.spark.delta_engine
-            say(f"[{job.name}] Delta tables written by {engine} (spark.delta_engine: {setting})")
+        delta_engine(job, spark)  # refused before anything is read
         yield spark
     except PipelinesError:
         raise
@@ -214,6 +211,13 @@ def delta_engine(job: Job, spark: Any) -> str | None:
             "io.delta:delta-spark_2.13:<version>) and the extension, or set spark.delta_engine: auto"
         )
     return "deltalake (delta-rs)"
+
+
+def say_engine(job: Job, spark: Any) -> None:
+    """The first line of a run that writes Delta: which engine writes."""
+    engine = delta_engine(job, spark)
+    if engine is not None:
+        say(f"[{job.name}] Delta tables written by {engine} (spark.delta_engine: {job.spark.delta_engine})")
 
 
 def transform(job: Job, spark: Any, df: Any) -> Any:
@@ -549,6 +553,7 @@ def _stream(job: Job, spark: Any) -> int:
     if STOP.requested:
         progress.summary(" before the first batch")
         return 0
+    say_engine(job, spark)
     query = (
         df.writeStream.foreachBatch(_counted(run, progress))
         .option("checkpointLocation", checkpoint)
@@ -776,6 +781,7 @@ def backfill(job: Job, start: Bound | None = None, end: Bound | None = None) -> 
     t0 = time.monotonic()
     with spark_session(job) as spark:
         keys, update = _backfill_keys(job, spark)
+        say_engine(job, spark)
         for i, part in enumerate(parts, 1):
             if STOP.requested:
                 break
