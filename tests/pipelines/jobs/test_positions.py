@@ -129,3 +129,21 @@ def test_a_topic_deleted_and_created_again_is_data_loss(
     assert order_ids(project) == list(range(200))
     stored = OffsetStore(str(project / "tables" / "pipeline_offsets")).load("orders_ingest")
     assert ran.err.count("\n") == 1 and str(stored[ORDERS]) in ran.err
+
+
+@pytest.mark.spark
+def test_reset_moves_a_remote_checkpoint_aside_through_spark(
+    spark: Any, pulsar_broker: Broker, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint given as a URI is moved by Spark's Hadoop FileSystem (``file://`` here, the
+    same calls as ``s3a://`` or ``abfss://``), so the run after the reset starts from it."""
+    url = pulsar_broker.service_url
+    monkeypatch.setenv("PULSAR_URL", url)
+    checkpoint = ("--set", f"checkpoint=file://{project}/remote-ck")
+    send_orders(url, 0, 120)
+    assert in_process("run", INGEST, *checkpoint).code == 0
+    ran = in_process("offsets", "reset", INGEST, "--to", "earliest", "--yes", *checkpoint)
+    assert ran.code == 0 and f"checkpoint moved to file://{project}/remote-ck.before-reset-" in ran.out, ran
+    assert not (project / "remote-ck").exists()
+    assert in_process("run", INGEST, *checkpoint).code == 0
+    assert order_ids(project) == sorted(list(range(120)) * 2)
