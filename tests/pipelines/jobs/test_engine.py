@@ -13,19 +13,18 @@ from typing import Any
 import pytest
 
 from pulsarwire.broker import Broker
-from tests.pipelines.jobs.test_failures import INGEST, in_process, no_trace, order_ids, pipelines, send_orders
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PIPELINES_DATA_DIR", str(tmp_path))
-    monkeypatch.delenv("PIPELINES_PROJECT_DIR", raising=False)
-    monkeypatch.chdir(Path(__file__).resolve().parents[3])
-    return tmp_path
+from tests.pipelines.jobs.test_failures import (
+    INGEST,
+    in_process,
+    no_trace,
+    order_ids,
+    pipelines,
+    send_orders,
+)
 
 
 def test_delta_spark_without_its_jars_fails_before_spark_naming_the_classes(
-    pulsar_broker: Broker, project: Path
+    pulsar_broker: Broker, repo_data: Path
 ) -> None:
     ran = pipelines(
         "run",
@@ -33,18 +32,18 @@ def test_delta_spark_without_its_jars_fails_before_spark_naming_the_classes(
         "--set",
         "spark.delta_engine=delta-spark",
         PULSAR_URL=pulsar_broker.service_url,
-        PIPELINES_DATA_DIR=str(project),
+        PIPELINES_DATA_DIR=str(repo_data),
     )
     assert ran.code == 1 and ran.out == "" and ran.seconds < 15, ran
     (line,) = ran.err_lines
     assert line.startswith(f"{INGEST}: spark.delta_engine: delta-spark needs the classes ")
     assert "io.delta.tables.DeltaTable" in line and "io.delta.sql.DeltaSparkSessionExtension" in line
-    assert no_trace(ran.err) and not (project / "tables").exists()
+    assert no_trace(ran.err) and not (repo_data / "tables").exists()
 
 
 @pytest.mark.spark
 def test_a_run_says_in_its_first_line_which_engine_writes(
-    spark: Any, pulsar_broker: Broker, project: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, pulsar_broker: Broker, repo_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PULSAR_URL", pulsar_broker.service_url)
     send_orders(pulsar_broker.service_url, 0, 50)
@@ -53,4 +52,4 @@ def test_a_run_says_in_its_first_line_which_engine_writes(
     assert ran.out_lines[0] == (
         "[orders_ingest] Delta tables written by deltalake (delta-rs) (spark.delta_engine: deltalake)"
     )
-    assert order_ids(project) == list(range(50))
+    assert order_ids(repo_data) == list(range(50))
