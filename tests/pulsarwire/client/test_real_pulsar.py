@@ -13,7 +13,10 @@ our users run, and the official client (C++ core) is the judge of the same topic
 * schemas — a topic whose schema an official producer registered: ``Client.get_schema`` answers
   what the official client registered, and the consumer reads the encoded bytes unchanged;
 * authentication — a token signed with the standalone's key is accepted, a forged one refused
-  with AuthenticationError; no credentials is the anonymous role.
+  with AuthenticationError; no credentials is the anonymous role;
+* our broker — the same requests (busy consumers and producers, unsubscribe, partitions, bad
+  names) get the same answers from ``pulsarwire.broker`` as from Pulsar; where they differ today
+  the test is a strict xfail naming the difference (docs/testing.md lists the findings).
 """
 
 from __future__ import annotations
