@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup test run lint typecheck proto bench fuzz soak check clean
+.PHONY: setup test peers run lint typecheck proto bench fuzz soak check clean
 
 setup: $(STAMP)
 
@@ -18,8 +18,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[spark,delta-spark,crypto,test,dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+# The real peers' jars (Delta Lake, Apache Kafka, Apache Pulsar: tests/realpeers/*/pom.xml), fetched
+# by Maven into ~/.cache/pulsarwire-peers once (docs/testing.md); the fixtures fetch them too.
+peers: $(STAMP)
+	$(PY) -m tests.helpers.peers
+
+# pytest's exit code 5 (no test collected, e.g. a -m that matches nothing) is not a failure.
+test: $(STAMP) peers
+	$(PY) -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The main job: our broker on a free port (data in .run/), sample orders, jobs/orders_ingest.yaml.
 run: $(STAMP)

@@ -66,6 +66,7 @@ BLOCKS = blocks()
 #: blocks not run, by file and first line, with the reason
 NOT_RUN = {
     ("README.md", "make test"): "make test is this test suite; make run is the demo tests/pipelines runs",
+    ("docs/testing.md", "make peers"): "the suite's own commands (make peers runs first in make test)",
     ("docs/broker.md", "python -m pulsarwire.broker --port 6650"): "a synopsis ([optional] arguments)",
     (
         "docs/broker.md",

@@ -1,7 +1,8 @@
 """The Delta offset store on real Delta tables under tmp_path.
 
 Most tests use the deltalake engine (no Spark). The delta-spark engine runs the same
-scenarios where the Delta jars are on the classpath and skips elsewhere.
+scenarios on the suite's Delta session (``delta_spark``: the Delta jars Maven fetched,
+tests/helpers/peers.py).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,6 @@ from pipelines.state.positions import Offsets, Position
 T0 = "persistent://public/default/orders-partition-0"
 T1 = "persistent://public/default/orders-partition-1"
 PLAIN = "persistent://public/default/plain"
-NO_JARS = "Delta Lake jars are not on the classpath here"
 
 
 def offs(**kw: str) -> Offsets:
@@ -42,28 +41,12 @@ def offs(**kw: str) -> Offsets:
     return Offsets({names[k]: Position.parse(v) for k, v in kw.items()})
 
 
-_can_create_delta: dict[int, bool] = {}
-
-
-def _delta_spark_engine(spark: Any, path: Path) -> DeltaSparkEngine:
-    if id(spark) not in _can_create_delta:
-        probe = path.parent / f"probe-{uuid.uuid4().hex[:8]}"
-        try:
-            spark.sql(f"CREATE TABLE delta.`{probe}` (a INT) USING delta")
-            _can_create_delta[id(spark)] = True
-        except Exception:
-            _can_create_delta[id(spark)] = False
-    if not _can_create_delta[id(spark)]:
-        pytest.skip(NO_JARS)
-    return DeltaSparkEngine(spark, str(path))
-
-
 @pytest.fixture(params=["deltalake", pytest.param("delta-spark", marks=pytest.mark.spark)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> OffsetStore:
     path = tmp_path / "offsets"
     if request.param == "deltalake":
         return OffsetStore(str(path), engine=DeltaRsEngine(str(path)))
-    engine = _delta_spark_engine(request.getfixturevalue("spark"), path)
+    engine = DeltaSparkEngine(request.getfixturevalue("delta_spark"), str(path))
     return OffsetStore(str(path), engine=engine)
 
 
