@@ -663,6 +663,12 @@ def _profile_path(env: str, conf_dir: Path) -> Path:
     if env.endswith((".yaml", ".yml")) or os.sep in env or "/" in env:
         return Path(env)
     path = conf_dir / f"{env}.yaml"
+    if not conf_dir.is_dir():
+        raise JobError(
+            f"--env: no profile {env!r}: there is no {display_path(conf_dir)} directory (the profiles); "
+            f"create {display_path(path)} with vars, pulsar and spark (docs/jobs.md: Profiles and merge "
+            "order), run from the project's directory or set PIPELINES_PROJECT_DIR, or give --conf-dir"
+        )
     if not path.exists():
         found = sorted(p.stem for p in conf_dir.glob("*.yaml"))
         listed = ", ".join(found) if found else "none"

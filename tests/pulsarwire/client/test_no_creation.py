@@ -54,7 +54,7 @@ def test_asking_about_a_missing_topic_does_not_create_it(broker: Broker) -> None
 def test_failures_that_cannot_heal_are_not_retried(http_port: int) -> None:
     for url, cause in (
         ("pulsar://no-such-broker.invalid:6650", "no-such-broker.invalid"),
-        (f"pulsar://127.0.0.1:{http_port}", "does not speak the Pulsar protocol"),
+        (f"pulsar://127.0.0.1:{http_port}", "the server answered HTTP, not the Pulsar protocol"),
     ):
         client = Client(url, operation_timeout_seconds=20)
         t = time.monotonic()
