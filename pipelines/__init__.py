@@ -31,7 +31,12 @@ def register(spark: Any) -> None:
     this interpreter. When ``PYSPARK_PYTHON`` names an interpreter that cannot import
     pulsarwire, PipelinesError says what to set instead of letting every task fail.
     Clusters (any other master) keep their own setting: their images install pulsarwire.
+    A pyspark older than :data:`pipelines.extras.PYSPARK_MIN` is a PipelinesError naming
+    the version needed.
     """
+    from pipelines.extras import check_pyspark
+
+    check_pyspark()  # a runtime whose Spark is too old: one line, not an ImportError
     _use_this_python(spark)
     from pipelines.spark.datasource import PulsarWireDataSource  # pyspark: only when registering
 

@@ -42,11 +42,14 @@ def command_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def pipelines(*args: str, timeout: float = 180, cwd: Path = ROOT, **env: str) -> Ran:
-    """``python -m pipelines ARGS`` as its own process, from ``cwd`` (the project root)."""
+def pipelines(
+    *args: str, timeout: float = 180, cwd: Path = ROOT, python: tuple[str, ...] = ("-m", "pipelines"), **env: str
+) -> Ran:
+    """``python -m pipelines ARGS`` as its own process, from ``cwd`` (the project root); ``python``
+    replaces ``-m pipelines`` (e.g. ``-c CODE`` that runs the command in an altered interpreter)."""
     t = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "pipelines", *args],
+        [sys.executable, *python, *args],
         cwd=cwd,
         env=command_env(**env),
         capture_output=True,
