@@ -54,7 +54,8 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
             "pip install 'pulsarwire[spark]', or run it where Spark is installed "
             "(a cluster, Databricks) with 'pulsarwire[jobs]'"
         )
-    return f"pipelines needs the {extra!r} extra (no module named {module!r}): pip install 'pulsarwire[{extra}]'"
+    install = f"pip install 'pulsarwire[{extra}]'"
+    return f"pipelines needs the {extra!r} extra (no module named {module!r}): {install}"
 
 
 def _version(text: str) -> tuple[int, ...]:

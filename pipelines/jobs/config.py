@@ -47,7 +47,8 @@ from pipelines.jobs.models import Job
 from pipelines.masking import is_secret_key, mask, mask_data, remember, secret_values
 from pipelines.options.bound import format_path
 from pipelines.options.grammar import kind_of, show
-from pipelines.options.model import Loc
+from pipelines.options.migration import job_key_hint
+from pipelines.options.model import Loc, OptionsModel
 from pipelines.suggest import did_you_mean
 
 __all__ = [
@@ -585,6 +586,11 @@ def _unknown_key(loc: Loc) -> str:
     if not (isclass(parent) and issubclass(parent, BaseModel)):
         return "unknown key"
     known = [f.alias or name for name, f in parent.model_fields.items()]
+    if issubclass(parent, OptionsModel) and parent.SIDE:  # another connector's name for an option
+        job_keys = {spark: name for name, spark in parent.spark_names().items()}
+        advice = job_key_hint(str(loc[-1]), parent.SIDE, job_keys)
+        if advice is not None:
+            return f"unknown key: {advice}"
     hint = did_you_mean(str(loc[-1]), known)
     if hint:
         return f"unknown key{hint}"

@@ -43,7 +43,11 @@ def command_env(**extra: str) -> dict[str, str]:
 
 
 def pipelines(
-    *args: str, timeout: float = 180, cwd: Path = ROOT, python: tuple[str, ...] = ("-m", "pipelines"), **env: str
+    *args: str,
+    timeout: float = 180,
+    cwd: Path = ROOT,
+    python: tuple[str, ...] = ("-m", "pipelines"),
+    **env: str,
 ) -> Ran:
     """``python -m pipelines ARGS`` as its own process, from ``cwd`` (the project root); ``python``
     replaces ``-m pipelines`` (e.g. ``-c CODE`` that runs the command in an altered interpreter)."""
