@@ -1,4 +1,4 @@
-"""The Databricks bundle runs on a runtime that has the Spark pipelines needs, with the jobs extra (issue 28, 6).
+"""The Databricks bundle runs on a runtime with the Spark pipelines needs, with the jobs extra (issue 28, 6).
 
 conf/databricks-bundle.yml cannot be deployed here; what can be checked is what it says: the
 runtime it names (Databricks Runtime N has Apache Spark 4.0.0 for 17.3 LTS, 4.1.0 for 18,

@@ -193,21 +193,24 @@ def _find(name: str, side: Side) -> Foreign | None:
     return found
 
 
-def resolve(name: str, side: Side, ours: frozenset[str]) -> tuple[Use, str]:
+def resolve(name: str, side: Side, ours: frozenset[str]) -> tuple[Use, str, str]:
     """What the Spark option ``name`` (not one of ours) becomes on ``side``.
 
-    ``ours`` are the side's own option names (lower case). Returns ``("rename", our option)``,
-    ``("ignore", message)`` or ``("refuse", message)``; ``("refuse", "")`` for a name no
-    connector here knows (the caller's "unknown option" with its hint).
+    ``ours`` are the side's own option names (lower case). Returns ``(use, what, label)``:
+    ``("rename", our option, ...)``, ``("ignore", message, ...)`` or ``("refuse", message,
+    ...)``; ``what`` is ``""`` for a name no connector here knows (the caller's "unknown
+    option" with its hint). ``label`` is the option as its connector spells it (Spark hands
+    Python sources their option names in lower case).
     """
     foreign = _find(name, side)
     if foreign is None:
-        return "refuse", ""
+        return "refuse", "", name
+    label = name if foreign.name.endswith(".") else foreign.name
     if foreign.name == "pulsar.producer." and name[len(foreign.name) :].lower() in ours:
-        return "rename", name[len(foreign.name) :]  # pulsar.producer.batchingEnabled: the sink option
+        return "rename", name[len(foreign.name) :], label  # pulsar.producer.batchingEnabled: the sink's
     if foreign.use == "rename" and foreign.ours is not None:
-        return "rename", foreign.ours
-    return foreign.use, foreign.message()
+        return "rename", foreign.ours, label
+    return foreign.use, foreign.message(), label
 
 
 def job_key_hint(key: str, side: Side, job_keys: dict[str, str]) -> str | None:

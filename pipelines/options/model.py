@@ -277,15 +277,19 @@ class OptionsModel(BaseModel):
                 f = cls.model_fields[name]
                 data[f.validation_alias if isinstance(f.validation_alias, str) else name] = value
             elif low not in cls.IGNORED:
-                use, what = resolve(key, cls.SIDE, frozenset(plain)) if cls.SIDE else ("refuse", "")
+                use, what, label = (
+                    resolve(key, cls.SIDE, frozenset(plain)) if cls.SIDE else ("refuse", "", key)
+                )
                 if use == "rename":  # another connector's name for one of ours
                     if any(k.lower() == what.lower() for k in options):
-                        raise OptionError(prefix + key, f"give {key} or {what}, not both (the same option)")
+                        raise OptionError(
+                            prefix + label, f"give {label} or {what}, not both (the same option)"
+                        )
                     name = plain[what.lower()]
                     f = cls.model_fields[name]
                     data[f.validation_alias if isinstance(f.validation_alias, str) else name] = value
                 elif use == "refuse":
-                    raise OptionError(prefix + key, what) if what else cls.unknown(prefix + key)
+                    raise OptionError(prefix + label, what) if what else cls.unknown(prefix + key)
         for name, sub in nested.items():
             model = cls._nested(name)
             assert model is not None

@@ -77,9 +77,9 @@ def missing(root: Path) -> list[str]:
                 out.append(f"{module}: {name}")
                 continue
             out += [f"{module}: {name}.{m}" for m in methods if m not in found[name]]
-            if name == "DataSourceStreamReader" and "latestOffset" in found[name]:
-                if found[name]["latestOffset"] != ["self", "start", "limit"]:
-                    out.append(f"{module}: {name}.latestOffset(start, limit)")
+            limited = found[name].get("latestOffset", ["self", "start", "limit"]) == ["self", "start", "limit"]
+            if name == "DataSourceStreamReader" and not limited:
+                out.append(f"{module}: {name}.latestOffset(start, limit)")
     return out
 
 

@@ -41,7 +41,8 @@ def test_without_the_jobs_extra_the_command_names_it() -> None:
         ran = without("pydantic", *args)
         assert ran.code == 1 and no_trace(ran.err) and ran.out == "", ran
         assert ran.err_lines == [
-            "error: pipelines needs the 'jobs' extra (no module named 'pydantic'): pip install 'pulsarwire[jobs]'"
+            "error: pipelines needs the 'jobs' extra (no module named 'pydantic'): "
+            "pip install 'pulsarwire[jobs]'"
         ]
 
 
