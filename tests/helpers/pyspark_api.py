@@ -49,6 +49,10 @@ NEEDED: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
+#: the arguments of latestOffset with admission control
+_LIMITED = ["self", "start", "limit"]
+
+
 def _classes(path: Path) -> dict[str, dict[str, list[str]]] | None:
     if not path.is_file():
         return None
@@ -77,7 +81,8 @@ def missing(root: Path) -> list[str]:
                 out.append(f"{module}: {name}")
                 continue
             out += [f"{module}: {name}.{m}" for m in methods if m not in found[name]]
-            limited = found[name].get("latestOffset", ["self", "start", "limit"]) == ["self", "start", "limit"]
+            args = found[name].get("latestOffset", _LIMITED)
+            limited = args == _LIMITED
             if name == "DataSourceStreamReader" and not limited:
                 out.append(f"{module}: {name}.latestOffset(start, limit)")
     return out
