@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["FOREIGN", "Foreign", "job_key_hint", "resolve"]
+__all__ = ["FOREIGN", "JAVA_CLIENT", "Foreign", "java_client_hint", "job_key_hint", "resolve"]
 
 Use = Literal["rename", "ignore", "refuse"]
 Side = Literal["source", "sink", "both"]
@@ -224,3 +224,42 @@ def job_key_hint(key: str, side: Side, job_keys: dict[str, str]) -> str | None:
         return None
     ours = job_keys.get(foreign.ours, foreign.ours) if foreign.ours else None
     return foreign.message(ours, job=True)
+
+
+#: Java ``ClientConfigurationData`` settings (``pulsar.client.*`` in StreamNative's connector) that
+#: pulsarwire's client has no equivalent of, and why; the ones it has are ClientFields' options
+JAVA_CLIENT: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "numIoThreads",
+            "numListenerThreads",
+            "connectionsPerBroker",
+            "useTcpNoDelay",
+            "enableBusyWait",
+            "statsIntervalSeconds",
+            "memoryLimitBytes",
+            "maxConcurrentLookupRequest",
+            "concurrentLookupRequest",
+            "maxLookupRequest",
+            "maxNumberOfRejectedRequestPerConnection",
+            "connectionMaxIdleSeconds",
+            "initialBackoffIntervalNanos",
+            "maxBackoffIntervalNanos",
+        ),
+        "Java client tuning without an equivalent in pulsarwire's client (one asyncio loop per "
+        "process, one connection per broker); remove it",
+    ),
+    "serviceUrl": "give it as service.url",
+    "useTls": "TLS follows the URL: pulsar+ssl:// in service.url",
+    "requestTimeoutMs": "pulsarwire's client times requests with operationTimeoutMs",
+    "lookupTimeoutMs": "pulsarwire's client times lookups with operationTimeoutMs",
+    "proxyServiceUrl": "pulsarwire's client has no SNI proxy routing; point service.url at the proxy",
+    "listenerName": "pulsarwire's client asks for no advertised listener: the broker's default one answers",
+}
+
+
+def java_client_hint(name: str) -> str | None:
+    """Why the Java client setting ``name`` (after ``pulsar.client.``) is not taken; None when it is
+    not a Java client setting known here."""
+    why = {k.lower(): v for k, v in JAVA_CLIENT.items()}.get(name.lower())
+    return f"the Java client's setting, not taken here: {why}" if why else None

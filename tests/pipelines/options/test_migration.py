@@ -98,6 +98,12 @@ def test_streamnative_options_that_cannot_mean_the_same_are_refused_with_why(
             in said.lower()
         )
         assert why in said
+    # pulsar.client.*: the Java client's settings that StreamNative's connector passes on
+    with pytest.raises(Exception) as info:
+        options = {"service.url": url, "topic": topic_name, "pulsar.client.numIoThreads": "4"}
+        _reader(spark, True, **options).load()
+    said = str(info.value)
+    assert "pulsar.client.numiothreads: the Java client's setting, not taken here: Java client tuning" in said
 
 
 def test_streamnative_producer_settings_reach_the_sink(
