@@ -98,6 +98,13 @@ def test_streamnative_options_that_cannot_mean_the_same_are_refused_with_why(
             in said.lower()
         )
         assert why in said
+    with pytest.raises(Exception) as info:  # StreamNative's offsets JSON: serialized MessageIdData
+        options = {"service.url": url, "topic": topic_name, "startingOffsets": '{"t": [8, 11, 16, 101]}'}
+        _reader(spark, True, **options).load()
+    assert (
+        "startingOffsets[t]: a serialized message id (StreamNative's connector's form) is not taken"
+        in str(info.value)
+    )
     # pulsar.client.*: the Java client's settings that StreamNative's connector passes on
     with pytest.raises(Exception) as info:
         options = {"service.url": url, "topic": topic_name, "pulsar.client.numIoThreads": "4"}
