@@ -43,7 +43,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipelines.errors import JobError
-from pipelines.jobs.models import Job
+from pipelines.jobs.models import UNION_TAGS, Job, Transform
+from pipelines.jobs.sql import sql_problems
 from pipelines.masking import is_secret_key, mask, mask_data, remember, secret_values
 from pipelines.options.bound import format_path
 from pipelines.options.grammar import kind_of, show
@@ -568,6 +569,8 @@ def _type_at(loc: Loc) -> Any:
     t: Any = Job
     for part in loc:
         if isclass(t) and issubclass(t, BaseModel):
+            if isinstance(part, int):  # a list of the model (transform's steps): one of them
+                continue
             fields = {(f.alias or name): f for name, f in t.model_fields.items()}
             if part not in fields:
                 return None
@@ -638,7 +641,7 @@ def _message(err: Mapping[str, Any], loc: Loc) -> str:
 def _validation_lines(exc: ValidationError, doc: _Doc) -> list[str]:
     lines: list[str] = []
     for err in exc.errors():
-        loc: Loc = tuple(err["loc"])
+        loc: Loc = tuple(p for p in err["loc"] if p not in UNION_TAGS)
         found = (err.get("ctx") or {}).get("problems") if err["type"] == "job" else None
         if found:
             for where, message in found:
@@ -766,11 +769,17 @@ def load_job(
     job._secrets = frozenset(s for s in secrets if len(s) >= 4)
     remember(job._secrets)  # whatever prints an error later masks them too
     job._via = {format_path(k): v for k, v in interp.via.items()}
-    if check_imports and job.transform is not None and job.transform.python is not None:
-        try:
-            locate_function(job.transform.python, (root,))
-        except ValueError as exc:
-            raise JobError(_scrub([doc.line(("transform", "python"), str(exc))], secrets)) from None
+    found: list[str] = []
+    for n, (_, step) in enumerate(job.transform_steps()):
+        at: Loc = ("transform",) if isinstance(job.transform, Transform) else ("transform", n)
+        if check_imports and step.python is not None:
+            try:
+                locate_function(step.python, (root,))
+            except ValueError as exc:
+                found.append(doc.line((*at, "python"), str(exc)))
+        found += [doc.line((*at, "sql", i), problem) for i, problem in sql_problems(step.sql or [])]
+    if found:
+        raise JobError(_scrub(found, secrets))
     return job
 
 
