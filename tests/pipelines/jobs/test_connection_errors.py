@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-import trustme
 
 import pulsarwire
 from pulsarwire.broker import Broker
@@ -26,6 +23,15 @@ from tests.helpers.cli import ROOT, Ran, no_trace, pipelines
 
 INGEST = "jobs/orders_ingest.yaml"
 KEY = "jobs/orders_ingest.yaml: source.pulsar.service_url: cannot reach "
+
+
+def create_producer(url: str) -> None:
+    """What the official client's API (``pulsarwire.Client``) does at ``url``: raises its error."""
+    client = pulsarwire.Client(url, operation_timeout_seconds=5)
+    try:
+        client.create_producer("orders")
+    finally:
+        client.close()
 
 
 def one_line(ran: Ran) -> str:
@@ -40,32 +46,10 @@ def dry_run(url: str, data: Path, *more: str) -> Ran:
     return pipelines("run", "--dry-run", INGEST, *more, PULSAR_URL=url, PIPELINES_DATA_DIR=str(data))
 
 
-@pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("tls")
-    ca = trustme.CA()
-    files = {"ca": d / "ca.pem", "cert": d / "cert.pem"}
-    ca.cert_pem.write_to_path(str(files["ca"]))
-    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(files["cert"]))
-    return files
-
-
 @pytest.fixture
 def web_broker(pulsar_broker_factory: Callable[..., Broker]) -> Broker:
     """Our broker with its web service (admin REST API) on a port of its own."""
     return pulsar_broker_factory(http_port=0)
-
-
-@pytest.fixture
-def plain_http() -> Iterator[int]:
-    class Quiet(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_port
-    server.shutdown()
 
 
 def test_tls_to_a_plaintext_port_says_the_server_did_not_answer_tls(
@@ -76,11 +60,7 @@ def test_tls_to_a_plaintext_port_says_the_server_did_not_answer_tls(
     assert line.startswith(KEY + url) and "the server did not answer TLS" in line, line
     assert "plaintext port" in line
     with pytest.raises(pulsarwire.NotTlsError):  # the client API tells the same
-        client = pulsarwire.Client(url, operation_timeout_seconds=5)
-        try:
-            client.create_producer("orders")
-        finally:
-            client.close()
+        create_producer(url)
 
 
 def test_plaintext_to_a_tls_port_says_use_pulsar_ssl(
@@ -113,11 +93,7 @@ def test_a_server_answering_with_a_tls_alert_is_named(tmp_path: Path) -> None:
     url = f"pulsar://127.0.0.1:{listener.getsockname()[1]}"
     try:
         with pytest.raises(pulsarwire.NotPulsarError) as info:
-            client = pulsarwire.Client(url, operation_timeout_seconds=5)
-            try:
-                client.create_producer("orders")
-            finally:
-                client.close()
+            create_producer(url)
     finally:
         listener.close()
     assert info.value.protocol == "TLS" and "use pulsar+ssl://" in str(info.value)
@@ -131,16 +107,12 @@ def test_a_pulsar_url_on_the_brokers_http_port_says_it_is_http(web_broker: Broke
     assert line.startswith(KEY + url) and "the server answered HTTP, not the Pulsar protocol" in line, line
     assert ran.seconds < 10  # answered at once, not a time-out
     with pytest.raises(pulsarwire.NotPulsarError) as info:
-        client = pulsarwire.Client(url, operation_timeout_seconds=5)
-        try:
-            client.create_producer("orders")
-        finally:
-            client.close()
+        create_producer(url)
     assert info.value.protocol == "HTTP"
 
 
-def test_validate_plan_on_a_plain_http_server(plain_http: int, tmp_path: Path) -> None:
-    url = f"pulsar://127.0.0.1:{plain_http}"
+def test_validate_plan_on_a_http_port_server(http_port: int, tmp_path: Path) -> None:
+    url = f"pulsar://127.0.0.1:{http_port}"
     ran = pipelines("validate", "--plan", INGEST, PULSAR_URL=url, PIPELINES_DATA_DIR=str(tmp_path))
     assert ran.code == 1 and no_trace(ran.err + ran.out)
     assert [line for line in ran.out_lines if "answered HTTP" in line], ran.out

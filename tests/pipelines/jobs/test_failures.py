@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from io import StringIO
 from pathlib import Path
@@ -85,21 +84,6 @@ def order_ids(data: Path) -> list[int]:
 
 
 # -- the service URL: a preflight before Spark starts ------------------------------------------
-@pytest.fixture
-def http_port() -> Iterator[int]:
-    """A local HTTP server: a port that speaks another protocol."""
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    class Quiet(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_port
-    server.shutdown()
-
-
 @pytest.mark.parametrize(
     ("url", "cause"),
     [

@@ -11,29 +11,13 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any
 
 import pytest
 
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
 from pulsarwire.errors import ConnectError, TopicNotFound
-
-
-@pytest.fixture
-def http_port() -> Iterator[int]:
-    class Quiet(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_port
-    server.shutdown()
 
 
 def test_asking_about_a_missing_topic_does_not_create_it(broker: Broker) -> None:
