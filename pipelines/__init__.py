@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from pipelines.errors import PipelinesError
+from pipelines.extras import check_pyspark
 
 __all__ = ["FORMAT", "register"]
 
@@ -34,8 +35,6 @@ def register(spark: Any) -> None:
     A pyspark older than :data:`pipelines.extras.PYSPARK_MIN` is a PipelinesError naming
     the version needed.
     """
-    from pipelines.extras import check_pyspark
-
     check_pyspark()  # a runtime whose Spark is too old: one line, not an ImportError
     _use_this_python(spark)
     from pipelines.spark.datasource import PulsarWireDataSource  # pyspark: only when registering

@@ -65,6 +65,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -138,10 +139,6 @@ PYSPARK_QUERY_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 def quiet_pyspark_loggers(quiet: bool) -> None:
     """Switch pyspark's query-context loggers off (``quiet``: the command is not verbose and
     reports a failed statement itself in one line) or on again (-v)."""
-    try:
-        from pyspark.logger import PySparkLogger
-    except ImportError:  # a pyspark without them
-        return
     for name in PYSPARK_QUERY_LOGGERS:
         PySparkLogger.getLogger(name).disabled = quiet
 
