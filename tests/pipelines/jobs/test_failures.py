@@ -18,9 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -32,51 +30,13 @@ from jobs.demo import produce
 from pipelines.jobs import runner
 from pipelines.jobs.cli import main as cli
 from pulsarwire.broker import Broker
+from tests.helpers.cli import ROOT, Ran, command_env, no_trace, pipelines
 
-ROOT = Path(__file__).resolve().parents[3]
 INGEST = "jobs/orders_ingest.yaml"
 ORDERS = "persistent://public/default/orders"
 
 
 # -- running the command -----------------------------------------------------------------------
-@dataclass
-class Ran:
-    code: int
-    out: str
-    err: str
-    seconds: float
-
-    @property
-    def err_lines(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.strip()]
-
-    @property
-    def out_lines(self) -> list[str]:
-        return [line for line in self.out.splitlines() if line.strip()]
-
-
-def command_env(**extra: str) -> dict[str, str]:
-    """The environment of a user's shell: the project importable, Spark's workers on this Python."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPELINES_", "PULSAR_"))}
-    env.update(PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    env.update(extra)
-    return env
-
-
-def pipelines(*args: str, timeout: float = 180, **env: str) -> Ran:
-    """``python -m pipelines ARGS`` as its own process, from the project root."""
-    t = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipelines", *args],
-        cwd=ROOT,
-        env=command_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return Ran(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t)
-
-
 def in_process(*args: str) -> Ran:
     """``pipelines ARGS`` in this process (joins the suite's SparkSession)."""
     out, err = StringIO(), StringIO()
@@ -84,10 +44,6 @@ def in_process(*args: str) -> Ran:
     with redirect_stdout(out), redirect_stderr(err):
         code = cli(list(args))
     return Ran(code, out.getvalue(), err.getvalue(), time.monotonic() - t)
-
-
-def no_trace(text: str) -> bool:
-    return not any(word in text for word in ("Traceback", "Exception", "\tat ", "StackOverflow"))
 
 
 @pytest.fixture
@@ -128,27 +84,12 @@ def order_ids(data: Path) -> list[int]:
 
 
 # -- the service URL: a preflight before Spark starts ------------------------------------------
-@pytest.fixture
-def http_port() -> Iterator[int]:
-    """A local HTTP server: a port that speaks another protocol."""
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    class Quiet(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_port
-    server.shutdown()
-
-
 @pytest.mark.parametrize(
     ("url", "cause"),
     [
         ("pulsar://127.0.0.1:1", "connection refused"),
         ("pulsar://no-such-broker.invalid:6650", "name not resolved"),
-        ("HTTP", "this port does not speak the Pulsar protocol"),
+        ("HTTP", "the server answered HTTP, not the Pulsar protocol"),
     ],
     ids=["broker-down", "wrong-host", "http-port"],
 )
