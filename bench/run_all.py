@@ -3,9 +3,10 @@
 Each benchmark is a separate process (``bench/codec.py``, ``bench/produce.py`` (also with
 ``--mode arrow``), ``bench/consume.py``, ``bench/memory.py``, ``bench/broker_resources.py``,
 ``bench/hostile.py``, ``bench/spark_ingest.py``, ``bench/spark_runner.py``,
-``bench/spark_sink.py``, ``bench/spark_read_split.py``); their output is copied verbatim under a
-heading, after the machine line. Sizes are moderate so the whole run takes a few minutes; pass
-``--full`` for the sizes the issues name (1M messages, 5M for memory, 2M for the read split).
+``bench/spark_sink.py``, ``bench/spark_read_split.py``, ``bench/delta_engines.py``); their output
+is copied verbatim under a heading, after the machine line. Sizes are moderate so the whole run
+takes a few minutes; pass ``--full`` for the sizes the issues name (1M messages, 5M for memory,
+2M for the read split).
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ def main() -> None:
         (
             "Spark read split: minPartitions (bench/spark_read_split.py)",
             run("spark_read_split.py", "--messages", "2000000" if args.full else "500000"),
+        ),
+        (
+            "Spark + delta-spark beside delta-rs (bench/delta_engines.py)",
+            run("delta_engines.py", "--rows", "1000000" if args.full else "200000"),
         ),
     ]
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -98,6 +98,32 @@ class OffsetStoreError(PipelinesError):
     """The Delta offset store could not be read or written."""
 
 
+class StaleEpochError(OffsetStoreError):
+    """A run tried to record positions after the job's positions were reset (``offsets reset``)
+    while it ran: nothing is recorded, and the next run starts from the reset positions."""
+
+
+class SubscriptionLostError(PipelinesError):
+    """The job's durable subscription is gone while its positions say it has read the topic.
+
+    The subscription lives on the broker with the topic's data, and is acknowledged up to every
+    position the job stores: one that is missing (created again from nothing when the job
+    subscribes) means the broker lost its data, the topic was deleted and created again, or the
+    subscription was deleted or expired. Messages written since may sit at positions the job
+    believes it has read: resuming there would skip them.
+    """
+
+    def __init__(self, topic: str, subscription: str, stored: str, acked: str, where: str = "stored") -> None:
+        super().__init__(
+            f"{topic}: the job's subscription {subscription!r} is acknowledged only up to {acked}, "
+            f"not up to the {where} position {stored}: it was created again (the broker lost its "
+            "data, the topic was deleted and created again, or the subscription was deleted)"
+        )
+        self.topic = topic
+        self.subscription = subscription
+        self.stored = stored
+
+
 class JobError(PipelinesError, ValueError):
     """A job file, its profile or a ``--set`` override is invalid; raised before Spark starts.
 
@@ -179,5 +205,7 @@ _OWN = {
     "OffsetsAheadError",
     "SinkError",
     "OffsetStoreError",
+    "StaleEpochError",
+    "SubscriptionLostError",
     "JobError",
 }

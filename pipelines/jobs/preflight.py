@@ -18,10 +18,16 @@ before the runner (and Spark) is imported. In this order:
    missing one names the namespace's closest topics. Skipped for a stream with
    ``wait_for_topic: true``.
 4. **positions** (``run``) — the checkpoint's last positions (or, without a checkpoint, the
-   offset store's) are not past the end of their topic-partition. Past the end means the
-   broker's data was reset, the job points at another cluster or the topic was recreated:
-   with ``fail_on_data_loss: true`` that is an error saying how to reset; with ``false`` a
-   warning (the source reads those partitions again from their earliest message).
+   offset store's) still mean what they meant. Two things say they do not: a position past
+   the end of its topic-partition, and a durable subscription acknowledged less than the
+   position (the job acknowledges its subscription before it stores a position, so a
+   subscription behind the positions was created again: see
+   :mod:`pipelines.state.exactly_once`). Either means the broker's data was reset, the job
+   points at another cluster or the topic was recreated, and that resuming there could skip
+   what was written since. With ``fail_on_data_loss: true`` that is an error saying how to
+   reset; with ``false`` a warning, and :func:`check` returns those partitions: the run
+   repositions them at their earliest message (store, subscription and checkpoint) and
+   reads them again.
 
 Every problem is one :class:`~pipelines.errors.JobError` line ``file: key: message``.
 :func:`plan_lines` describes what a run would do (``run --dry-run``, ``validate --plan``).
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import os
 import re
 import socket
@@ -43,15 +50,32 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import JobError, MissingTopicError, OffsetStoreError, OptionError, PipelinesError
+from pipelines.errors import (
+    JobError,
+    MissingTopicError,
+    OffsetsAheadError,
+    OffsetStoreError,
+    OptionError,
+    PipelinesError,
+    SubscriptionLostError,
+)
 from pipelines.jobs.models import Job
 from pipelines.masking import mask
 from pipelines.options.client import ClientSettings, client_settings
-from pipelines.spark.planner import Planner, SourceSettings, TopicSelector, resolve_start
+from pipelines.spark.planner import Planner, SourceSettings, TopicSelector, released_entry, resolve_start
+from pipelines.state.delta import DELTA_SPARK_CLASSES
 from pipelines.state.exactly_once import batch_offsets
 from pipelines.state.offsets import OffsetStore
 from pipelines.state.positions import Offsets, Position
-from pulsarwire import AuthenticationError, AuthorizationError, PulsarWireError, RemoteProtocolError
+from pulsarwire import (
+    AuthenticationError,
+    AuthorizationError,
+    LocalCredentialsError,
+    NotPulsarError,
+    NotTlsError,
+    PulsarWireError,
+    RemoteProtocolError,
+)
 
 __all__ = ["PROBE_SECONDS", "check", "connect_failure", "plan_lines", "probe", "unwritable"]
 
@@ -126,6 +150,43 @@ def path_problems(job: Job) -> list[str]:
     return out
 
 
+# -- the Delta engine ----------------------------------------------------------------------------
+def engine_problems(job: Job) -> list[str]:
+    """``spark.delta_engine: delta-spark`` on a session this command starts: the job's Spark
+    settings must bring the Delta jars and the session extension (the runner checks an existing
+    session once it has joined it)."""
+    if job.spark.delta_engine != "delta-spark" or job.spark.session != "new":
+        return []
+    if job.sink.delta is None and job.offsets is None and job.source.delta is None:
+        return []
+    conf = {k: str(v) for k, v in job.spark.conf.items()}
+    packages = conf.get("spark.jars.packages", "")
+    jars = conf.get("spark.jars", "")
+    bundled = _pyspark_jars()
+    missing = []
+    if "io.delta:delta-spark" not in packages and "delta-spark" not in jars and not bundled:
+        missing.append(
+            f"the classes {' and '.join(DELTA_SPARK_CLASSES)} (no Delta jars: spark.conf has no "
+            "spark.jars.packages io.delta:delta-spark_2.13:<version> nor spark.jars with them)"
+        )
+    if "DeltaSparkSessionExtension" not in conf.get("spark.sql.extensions", ""):
+        missing.append("spark.sql.extensions: io.delta.sql.DeltaSparkSessionExtension")
+    if not missing:
+        return []
+    return [
+        f"{job.source_file}: spark.delta_engine: delta-spark needs {'; and '.join(missing)}; add them "
+        "to spark.conf, or set spark.delta_engine: auto (deltalake when Delta's jars are not there)"
+    ]
+
+
+def _pyspark_jars() -> bool:
+    """Whether pyspark's own jars directory holds a delta-spark jar (an image built with it)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return False
+    return any(Path(spec.origin).parent.joinpath("jars").glob("delta-spark*.jar"))
+
+
 # -- service URLs ------------------------------------------------------------------------------
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
@@ -139,13 +200,17 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 def connect_failure(exc: BaseException, timeout: float = PROBE_SECONDS) -> str:
     """A short cause for a failed connection: connection refused, name not resolved, ..."""
     for e in _chain(exc):
+        if isinstance(e, NotTlsError | NotPulsarError):
+            return e.reason
+        if isinstance(e, LocalCredentialsError):  # made on this side: the broker was not asked
+            return e.server_message or str(e)
         if isinstance(e, socket.gaierror):
             if e.errno in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None)):
                 return "name not resolved (no such host)"
             return f"name resolution failed ({e.strerror or e})"
         if isinstance(e, ConnectionRefusedError):
             return "connection refused (nothing listens there: is the broker running?)"
-        if isinstance(e, RemoteProtocolError) or "does not speak the Pulsar protocol" in str(e):
+        if isinstance(e, RemoteProtocolError):
             return (
                 "this port does not speak the Pulsar protocol (an HTTP or admin port? "
                 "Pulsar's binary protocol listens on 6650, 6651 with TLS)"
@@ -228,11 +293,14 @@ def service_problems(job: Job) -> list[str]:
 
 
 # -- topics and positions -----------------------------------------------------------------------
-def _planner(job: Job) -> Planner:
+def _planner(job: Job, *, durable: bool = False) -> Planner:
+    """A planner on the job's source; ``durable``: on the stream's own durable subscription."""
     src = job.source.pulsar
     assert src is not None
     selector = TopicSelector.of(src.topic, src.topics, src.topics_pattern)
-    return Planner(client_settings(job.source_options()), selector)
+    return Planner(
+        client_settings(job.source_options()), selector, subscription=job.subscription if durable else None
+    )
 
 
 def _topic_key(job: Job) -> str:
@@ -270,76 +338,110 @@ def stored_offsets(job: Job) -> Offsets | None:
     return stored if len(stored) else None
 
 
-def start_positions(job: Job) -> tuple[Offsets | None, str]:
-    """Where a run resumes: the checkpoint's positions, else the offset store's; and which."""
-    found = checkpoint_offsets(job.checkpoint)
+def start_positions(job: Job, *, committed: bool = False) -> tuple[Offsets | None, str]:
+    """Where a run resumes: the checkpoint's positions, else the offset store's; and which.
+    With ``committed`` the checkpoint's last committed batch (what the job has acknowledged)."""
+    found = checkpoint_offsets(job.checkpoint, committed=committed)
     if found is not None:
         return found, "checkpoint"
     return stored_offsets(job), "offsets"
 
 
-def position_problems(job: Job, start: Offsets, where: str, latest: Offsets) -> list[str]:
-    """Positions past their partition's end: error lines (fail_on_data_loss) or warnings."""
+def lost_positions(job: Job, planner: Planner, parts: list[str]) -> dict[str, str]:
+    """topic-partition → why the position the job resumes from no longer means what it meant:
+    past the partition's end, or ahead of what the job's subscription has acknowledged."""
+    start, where = start_positions(job)
+    if start is None:
+        return {}
+    kind = "checkpointed" if where == "checkpoint" else "stored"
+    found: dict[str, str] = {}
+    latest = planner.latest(parts)
+    for tp, pos in start.items():
+        if tp in latest and pos > latest[tp]:
+            found[tp] = str(OffsetsAheadError(tp, str(pos), str(latest[tp]), kind))
+    acked_start, acked_where = start_positions(job, committed=True)
+    if acked_start is None:
+        return found
+    # the subscription is acknowledged before a position is stored (or a batch committed); the
+    # job has subscribed before, so asking subscribes nothing new unless it was lost
+    durable = _planner(job, durable=True)
+    try:
+        acked = durable.acknowledged([tp for tp in acked_start if tp in latest and tp not in found])
+    finally:
+        durable.close()
+    for tp, mark in acked.items():
+        owed = released_entry(acked_start[tp])
+        if mark is not None and owed is not None and mark < owed:
+            found[tp] = str(
+                SubscriptionLostError(
+                    tp,
+                    job.subscription,
+                    str(acked_start[tp]),
+                    "nothing" if mark.entry_id < 0 and mark.ledger_id < 0 else str(mark),
+                    "checkpointed" if acked_where == "checkpoint" else "stored",
+                )
+            )
+    return found
+
+
+def position_problems(job: Job, lost: dict[str, str]) -> tuple[list[str], Offsets]:
+    """``lost`` (:func:`lost_positions`) as error lines (``fail_on_data_loss``), or as warnings
+    and the partitions the run reads again from their earliest message."""
     src = job.source.pulsar
     assert src is not None
-    out: list[str] = []
-    kind = "checkpointed" if where == "checkpoint" else "stored"
-    for tp, pos in start.items():
-        if tp not in latest or not pos > latest[tp]:
-            continue
-        text = (
-            f"{tp}: the {kind} position {pos} is past the topic's end {latest[tp]} (the broker's data "
-            "was reset, the job points at another cluster, or the topic was recreated)"
-        )
-        if src.fail_on_data_loss:
-            out.append(
-                f"{job.source_file}: {where}: {text}; to read the topic again from its start run "
-                f"`pipelines offsets reset {job.source_file} --to earliest --yes` "
-                "(or set source.pulsar.fail_on_data_loss: false)"
-            )
-        else:
-            warn(f"{job.source_file}: {text}: this run reads it again from its earliest message")
-    return out
+    where = "checkpoint" if checkpoint_offsets(job.checkpoint) is not None else "offsets"
+    if src.fail_on_data_loss:
+        return [
+            f"{job.source_file}: {where}: {text}; resuming there could skip messages written since. "
+            f"To read the topic again from its start run `pipelines offsets reset {job.source_file} "
+            "--to earliest --yes` (or set source.pulsar.fail_on_data_loss: false)"
+            for text in lost.values()
+        ], Offsets({})
+    for text in lost.values():
+        warn(f"{job.source_file}: {text}: this run reads it again from its earliest message")
+    return [], Offsets(dict.fromkeys(lost, Position.EARLIEST))
 
 
-def topic_problems(job: Job, *, positions: bool) -> list[str]:
-    """Missing topics, and (``positions``) start positions past the topics' ends."""
+def topic_problems(job: Job, *, positions: bool) -> tuple[list[str], Offsets]:
+    """Missing topics, and (``positions``) start positions that no longer mean what they meant
+    (:func:`position_problems`)."""
     src = job.source.pulsar
     if src is None or src.wait_for_topic:
-        return []
+        return [], Offsets({})
     planner = _planner(job)
     try:
         try:
             parts = planner.partitions()
         except MissingTopicError as exc:
-            return [f"{job.source_file}: {_topic_key(job)}: {exc}"]
+            return [f"{job.source_file}: {_topic_key(job)}: {exc}"], Offsets({})
         if not positions:
-            return []
-        start, where = start_positions(job)
-        if start is None:
-            return []
-        return position_problems(job, start, where, planner.latest(parts))
+            return [], Offsets({})
+        return position_problems(job, lost_positions(job, planner, parts))
     finally:
         planner.close()
 
 
 # -- the whole check -----------------------------------------------------------------------------
-def check(job: Job, command: str) -> None:
+def check(job: Job, command: str) -> Offsets:
     """Everything a ``command`` (run, backfill, offsets) needs before Spark starts.
 
-    Raises JobError with one line per problem; prints warnings to stderr.
+    Returns the partitions a ``run`` must read again from their earliest message (data lost
+    under ``fail_on_data_loss: false``; empty otherwise). Raises JobError with one line per
+    problem; prints warnings to stderr.
     """
-    problems = path_problems(job) if command in ("run", "backfill") else []
+    problems = path_problems(job) + engine_problems(job) if command in ("run", "backfill") else []
     problems += service_problems(job)
     if problems:
         raise JobError(problems)
+    again = Offsets({})
     if job.source.pulsar is not None and command in ("run", "backfill"):
         try:
-            problems = topic_problems(job, positions=command == "run")
+            problems, again = topic_problems(job, positions=command == "run")
         except (PulsarWireError, OptionError) as exc:
             raise JobError(f"{job.source_file}: source.pulsar: {exc}") from None
         if problems:
             raise JobError(problems)
+    return again
 
 
 def plan_lines(job: Job) -> list[str]:

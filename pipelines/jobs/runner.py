@@ -65,6 +65,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -79,6 +80,7 @@ from pipelines.errors import (
     OptionError,
     PipelinesError,
     SinkError,
+    StaleEpochError,
     short_error,
     task_errors,
 )
@@ -104,11 +106,19 @@ from pipelines.spark.planner import (
 )
 from pipelines.spark.reader import source_schema
 from pipelines.spark.sink import sink_settings, write_pulsar_exactly_once
-from pipelines.state.delta import delta_spark_available, is_table_name, merge_new_rows
+from pipelines.state.delta import (
+    DELTA_SPARK_CLASSES,
+    ENGINE_CONF,
+    delta_spark_available,
+    is_table_name,
+    merge_new_rows,
+)
 from pipelines.state.exactly_once import (
     ExactlyOnceJob,
     batch_offsets,
+    checkpoint_file_exists,
     close_clients,
+    move_aside,
     query_id,
     recover,
     write_delta_exactly_once,
@@ -134,12 +144,25 @@ def spark_log_level() -> str:
     return "WARN" if level <= logging.DEBUG else "ERROR" if level <= logging.INFO else "OFF"
 
 
+#: pyspark's own Python loggers that print every failed query's message, plan and stack as JSON
+#: on stderr (PySparkLogger, which does not propagate): kilobytes per AnalysisException
+PYSPARK_QUERY_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+def quiet_pyspark_loggers(quiet: bool) -> None:
+    """Switch pyspark's query-context loggers off (``quiet``: the command is not verbose and
+    reports a failed statement itself in one line) or on again (-v)."""
+    for name in PYSPARK_QUERY_LOGGERS:
+        PySparkLogger.getLogger(name).disabled = quiet
+
+
 def session(job: Job) -> tuple[Any, bool]:
     """The SparkSession for ``job`` and whether this call created it (then the runner stops it)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
     level = spark_log_level()
+    quiet_pyspark_loggers(level == "OFF")
     conf = dict(job.spark.conf)
     java = conf.get("spark.driver.extraJavaOptions", "")
     if level == "OFF" and "log4j2.configurationFile" not in java:
@@ -179,6 +202,7 @@ def spark_session(job: Job) -> Iterator[Any]:
     call started is stopped on the way out."""
     spark, created = session(job)
     try:
+        delta_engine(job, spark)  # refused before anything is read
         yield spark
     except PipelinesError:
         raise
@@ -190,25 +214,60 @@ def spark_session(job: Job) -> Iterator[Any]:
             spark.stop()
 
 
+def delta_engine(job: Job, spark: Any) -> str | None:
+    """The engine that writes the job's Delta tables in ``spark`` (None when it writes none):
+    ``spark.delta_engine`` recorded in the session, then honoured. Raises JobError when it says
+    delta-spark and the session cannot (the classes or the extension are missing)."""
+    if job.sink.delta is None and job.offsets is None:
+        return None
+    spark.conf.set(ENGINE_CONF, job.spark.delta_engine)
+    if delta_spark_available(spark):
+        return "delta-spark"
+    if job.spark.delta_engine == "delta-spark":
+        raise JobError(
+            f"{job.source_file}: spark.delta_engine: delta-spark, but this Spark session cannot load "
+            f"{' and '.join(DELTA_SPARK_CLASSES)} (or spark.sql.extensions lacks "
+            "io.delta.sql.DeltaSparkSessionExtension): add the Delta jars (spark.jars.packages "
+            "io.delta:delta-spark_2.13:<version>) and the extension, or set spark.delta_engine: auto"
+        )
+    return "deltalake (delta-rs)"
+
+
+def say_engine(job: Job, spark: Any) -> None:
+    """The first line of a run that writes Delta: which engine writes."""
+    engine = delta_engine(job, spark)
+    if engine is not None:
+        say(f"[{job.name}] Delta tables written by {engine} (spark.delta_engine: {job.spark.delta_engine})")
+
+
 def transform(job: Job, spark: Any, df: Any) -> Any:
-    """Apply ``transform``: SQL statements over the view ``source`` in turn, or a Python function."""
-    if job.transform is None:
-        return df
-    if job.transform.sql:
-        for i, statement in enumerate(job.transform.sql):
+    """Apply the ``transform`` steps in order: SQL statements over the view ``source`` in turn,
+    a Python function; each step reads the previous one's result."""
+    for key, step in job.transform_steps():
+        if step.python is not None:
+            df = job.step_function(key, step)(df)
+            continue
+        for i, statement in enumerate(step.sql or []):
             df.createOrReplaceTempView("source")
             try:
                 df = spark.sql(statement)
             except Exception as exc:
-                raise job.error(f"transform.sql[{i}]", str(exc).splitlines()[0]) from exc
-        return df
-    fn = job.transform_function()
-    assert fn is not None
-    return fn(df)
+                raise job.error(f"{key}.sql[{i}]", analysis_error(exc)) from exc
+    return df
 
 
-def checkpoint_exists(checkpoint: str) -> bool:
-    return Path(checkpoint.removeprefix("file:"), "metadata").exists() if "://" not in checkpoint else True
+def analysis_error(exc: BaseException) -> str:
+    """Spark's error about a statement in one line: its message without the JSON and plan it may
+    carry (an AnalysisException's text can run to kilobytes)."""
+    return short_error(exc, limit=300).rstrip(";")
+
+
+def checkpoint_exists(checkpoint: str, spark: Any = None) -> bool:
+    """Whether ``checkpoint`` holds a query's checkpoint; a remote one is asked through ``spark``
+    (and taken to exist without it)."""
+    if "://" not in checkpoint:
+        return Path(checkpoint.removeprefix("file:"), "metadata").exists()
+    return spark is None or checkpoint_file_exists(f"{checkpoint.rstrip('/')}/metadata", spark)
 
 
 # -- progress --------------------------------------------------------------------------------
@@ -377,15 +436,19 @@ def _await(query: Any, progress: Progress) -> None:
 
 
 # -- run ---------------------------------------------------------------------------------------
-def run_job(job: Job) -> int:
+def run_job(job: Job, again: Offsets | None = None) -> int:
     """``pipelines run``: run the job's trigger to its end; 0 on success, raises on failure.
 
+    ``again``: partitions whose data was lost (``fail_on_data_loss: false``, found by
+    :func:`pipelines.jobs.preflight.check`), repositioned at these positions first.
     A publish (Delta → Pulsar) whose Spark job fails raises SinkError naming the job, the table
     version and the task's error; the versions before it stay recorded as published.
     """
     with spark_session(job) as spark:
         if job.source.kind == "delta":
             return _publish(job, spark)
+        if again:
+            reposition(job, again, "read again from the earliest message after data loss", spark)
         return _stream(job, spark)
 
 
@@ -394,6 +457,7 @@ _ERROR_KEYS: dict[type[PipelinesError], str] = {
     MissingTopicError: "source.pulsar.topic",
     OffsetsAheadError: "checkpoint",
     DataLossError: "source.pulsar.fail_on_data_loss",
+    StaleEpochError: "offsets",
     OffsetStoreError: "offsets",
 }
 
@@ -471,19 +535,8 @@ def _stream(job: Job, spark: Any) -> int:
     options = dict(source)
     extra = ""
     if job.sink.delta is not None:
-        assert job.offsets is not None
+        eo = exactly_once_job(job)
         target = job.sink.delta.path
-        eo = ExactlyOnceJob(
-            job.name,
-            checkpoint,
-            job.offsets,
-            source,
-            mode=job.sink.delta.mode,
-            partition_by=job.sink.delta.partition_by,
-            merge_keys=job.sink.delta.merge_keys,
-            storage_options=job.storage_options(),
-            schema_mode=job.sink.delta.schema_mode,
-        )
         if not checkpoint_exists(checkpoint):
             resumed = recover(eo, target)
             if len(resumed):
@@ -527,6 +580,7 @@ def _stream(job: Job, spark: Any) -> int:
     if STOP.requested:
         progress.summary(" before the first batch")
         return 0
+    say_engine(job, spark)
     query = (
         df.writeStream.foreachBatch(_counted(run, progress))
         .option("checkpointLocation", checkpoint)
@@ -751,6 +805,7 @@ def backfill(job: Job, start: Bound | None = None, end: Bound | None = None) -> 
     t0 = time.monotonic()
     with spark_session(job) as spark:
         keys, update = _backfill_keys(job, spark)
+        say_engine(job, spark)
         for i, part in enumerate(parts, 1):
             if STOP.requested:
                 break
@@ -921,16 +976,58 @@ def show_offsets(job: Job) -> int:
 
 def reset_offsets(job: Job, position: Bound) -> int:
     """``pipelines offsets reset --to POSITION``: every topic-partition's stored position set to
-    ``position``; an existing local checkpoint is moved aside so the next run starts there."""
-    store = _offset_store(job)
+    ``position`` (:func:`reposition`); the next run starts there."""
     offsets = _positions_for(job, position)
-    store.reset(job.name, offsets)
-    say(f"job {job.name}: positions reset to {offsets.to_json()}")
-    if job.checkpoint is not None and checkpoint_exists(job.checkpoint) and "://" not in job.checkpoint:
-        aside = f"{job.checkpoint.rstrip('/')}.before-reset-{int(time.time())}"
-        os.rename(job.checkpoint, aside)
-        say(f"job {job.name}: checkpoint moved to {aside}; the next run starts from the reset positions")
+    if job.checkpoint is not None and "://" in job.checkpoint:  # moved aside through Spark's FileSystem
+        with spark_session(job) as spark:
+            reposition(job, offsets, "reset", spark)
+    else:
+        reposition(job, offsets, "reset")
     return 0
+
+
+def exactly_once_job(job: Job) -> ExactlyOnceJob:
+    """The exactly-once settings of a job with a Delta sink, at the store's reset epoch now."""
+    assert job.sink.delta is not None and job.offsets is not None
+    return ExactlyOnceJob(
+        job.name,
+        job.checkpoint or "",
+        job.offsets,
+        job.source_options(),
+        mode=job.sink.delta.mode,
+        partition_by=job.sink.delta.partition_by,
+        merge_keys=job.sink.delta.merge_keys,
+        storage_options=job.storage_options(),
+        epoch=_offset_store(job).epoch(job.name),
+        schema_mode=job.sink.delta.schema_mode,
+    )
+
+
+def reposition(job: Job, offsets: Offsets, why: str, spark: Any = None) -> None:
+    """Make ``offsets`` where the job resumes in their topic-partitions, authoritatively.
+
+    In this order: what the sink already holds of the current reset epoch is brought into the
+    store (:func:`~pipelines.state.exactly_once.recover`: the other partitions keep their
+    committed positions); the store takes ``offsets`` at the next reset epoch, so that sink
+    commits from before no longer count; the job's durable subscription is moved to them
+    (back too), so that it is acknowledged exactly up to them; the checkpoint, which would
+    resume from its own positions, is moved aside (``spark`` moves a remote one).
+    """
+    store = _offset_store(job)
+    if job.sink.delta is not None:
+        recover(exactly_once_job(job), job.sink.delta.path)
+    epoch = store.reset(job.name, offsets)
+    say(f"job {job.name}: positions {why}: {offsets.to_json()} (reset epoch {epoch})")
+    if job.source.pulsar is not None:
+        opts = SourceSettings.parse(job.source_options(), streaming=True)
+        planner = Planner(opts.settings, opts.selector, subscription=job.subscription)
+        try:
+            planner.rewind(offsets)
+        finally:
+            planner.close()
+    if job.checkpoint is not None and checkpoint_exists(job.checkpoint, spark):
+        aside = move_aside(job.checkpoint, f".before-reset-{int(time.time())}", spark)
+        say(f"job {job.name}: checkpoint moved to {aside}; the next run starts from these positions")
 
 
 def _position_of(row: dict[str, Any]) -> Position:

@@ -296,14 +296,9 @@ class Planner:
             return
         targets: dict[str, MessageId] = {}
         for tp, pos in offsets.items():
-            if pos.is_earliest or pos.entry_id < 0:
-                continue
-            if pos.batch_index >= 0:
-                if pos.entry_id == 0:
-                    continue
-                targets[tp] = MessageId(pos.ledger_id, pos.entry_id - 1, partition_of(tp))
-            else:
-                targets[tp] = MessageId(pos.ledger_id, pos.entry_id, partition_of(tp))
+            entry = released_entry(pos)
+            if entry is not None:
+                targets[tp] = MessageId(entry.ledger_id, entry.entry_id, partition_of(tp))
         self._watch(targets)
 
         def ack(tp: str) -> None:
@@ -314,6 +309,34 @@ class Planner:
             watcher.get_backlog()
 
         self._calls.each(ack, targets)
+
+    def rewind(self, offsets: Offsets) -> None:
+        """Move the durable subscription of each partition of ``offsets`` so that it is acknowledged
+        exactly up to its position, back too: a seek to the earliest message, then a release."""
+        if self.subscription is None:
+            raise PipelinesError("rewinding needs the durable subscription")
+        parts = list(offsets)
+        self._watch(parts)
+        self._calls.each(lambda tp: self._watchers[tp].seek(MessageId.EARLIEST), parts)
+        self.release(offsets)
+
+    def acknowledged(self, partitions: Iterable[str]) -> dict[str, Position | None]:
+        """The durable subscription's mark-delete position per partition (a whole entry: every
+        message up to it is acknowledged); None where the broker does not report it.
+
+        Subscribing creates the subscription where it is missing, at the earliest message and
+        with nothing acknowledged, as the job's first run does.
+        """
+        if self.subscription is None:
+            raise PipelinesError("acknowledged positions need the durable subscription")
+        parts = list(partitions)
+        self._watch(parts)
+
+        def ask(tp: str) -> Position | None:
+            found = self._watchers[tp].get_mark_delete_positions().get(tp)
+            return None if found is None else Position(found.ledger_id, found.entry_id, -1)
+
+        return dict(zip(parts, self._calls.each(ask, parts), strict=True))
 
     def position_before_time(self, tp: str, time_ms: int) -> Position | None:
         """The position just before the first message of ``tp`` published at or after ``time_ms``.
@@ -523,6 +546,17 @@ class SourceSettings:
             wait_for_topic=o.wait_for_topic,
             min_partitions=o.min_partitions,
         )
+
+
+def released_entry(pos: Position) -> Position | None:
+    """The last whole entry taken by ``pos``: what :meth:`Planner.release` acknowledges the durable
+    subscription up to (None when ``pos`` takes no whole entry). A position inside a batch takes
+    only the entries before that batch's entry."""
+    if pos.is_earliest or pos.entry_id < 0:
+        return None
+    if pos.batch_index < 0:
+        return Position(pos.ledger_id, pos.entry_id, -1)
+    return Position(pos.ledger_id, pos.entry_id - 1, -1) if pos.entry_id > 0 else None
 
 
 # -- resolving bounds on the driver ----------------------------------------------------------

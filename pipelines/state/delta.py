@@ -102,8 +102,15 @@ def is_spark_dataframe(data: object) -> bool:
     return all(hasattr(data, a) for a in ("toArrow", "write", "sparkSession"))
 
 
+#: the session conf a job's ``spark.delta_engine`` is recorded in (``deltalake`` turns delta-spark off)
+ENGINE_CONF = "pipelines.delta.engine"
+#: what the delta-spark engine needs on the driver's classpath
+DELTA_SPARK_CLASSES = ("io.delta.tables.DeltaTable", "io.delta.sql.DeltaSparkSessionExtension")
+
+
 def delta_spark_available(spark: Any) -> bool:
-    """Whether ``spark`` can run Delta SQL: the session extension is configured and its jars load.
+    """Whether ``spark`` writes Delta through delta-spark: the session extension is configured,
+    its jars load, and the session's :data:`ENGINE_CONF` is not ``deltalake``.
 
     The extension is looked up in ``spark.sql.extensions``; the jars are checked by
     loading ``io.delta.tables.DeltaTable`` through the driver JVM. A session whose JVM
@@ -111,9 +118,10 @@ def delta_spark_available(spark: Any) -> bool:
     """
     try:
         extensions = spark.conf.get("spark.sql.extensions", "") or ""
+        engine = spark.conf.get(ENGINE_CONF, "auto") or "auto"
     except Exception:  # a stopped session or a Connect server that refuses conf reads
         return False
-    if _DELTA_EXTENSION not in extensions:
+    if _DELTA_EXTENSION not in extensions or engine == "deltalake":
         return False
     jvm = getattr(spark, "_jvm", None)
     if jvm is None:

@@ -10,19 +10,30 @@ this order:
    ``(app id, batch id)`` (``pipelines.state.delta.write_idempotent``). The app id
    includes the Spark query id from ``<checkpoint>/metadata``: a new checkpoint
    is a new query with batch ids from 0 again, so it must not collide with the
-   versions of the old one. The commit also records the batch's end offsets in
-   its metadata (``pipelines.state.offsets``);
-2. upsert the end offsets into the offset store (positions never move back);
-3. acknowledge the durable subscription cumulatively up to them, so the broker
-   may release that backlog — only now that it is committed downstream.
+   versions of the old one. The commit also records the batch's end offsets and
+   the run's reset epoch in its metadata (``pipelines.state.offsets``);
+2. acknowledge the durable subscription cumulatively up to them, so the broker
+   may release that backlog — only now that it is committed downstream. A failed
+   acknowledgement fails the batch (Spark replays it: step 1 is then skipped);
+3. upsert the end offsets into the offset store (positions never move back; a
+   run that outlived an ``offsets reset`` is refused, see
+   :meth:`~pipelines.state.offsets.OffsetStore.commit`).
+
+Acknowledging before storing keeps one invariant: the job's subscription is
+acknowledged up to (the entry of) every position the store holds. A subscription
+acknowledged less than that was created again — the broker lost its data, or the
+topic was recreated — and :func:`lost_subscriptions` finds it before a run resumes
+at positions that no longer mean what they meant.
 
 A crash between any two steps is repaired by the replay Spark does from its
 checkpoint: step 1 is skipped (same app id and version), steps 2 and 3 are
 idempotent. A job started without its checkpoint (deleted, new location,
 disaster recovery) calls :func:`recover` first: positions found in the target's
-commit metadata that the store lacks (a crash between steps 1 and 2) are put
-into the store, and the source resumes from the store — so nothing committed is
-written again and nothing is skipped.
+commit metadata that the store lacks (a crash after step 1) are acknowledged and
+put into the store, and the source resumes from the store — so nothing committed
+is written again and nothing is skipped. Only commits of the store's current reset
+epoch count: after ``pipelines offsets reset`` the target's older batches are the
+reset's past, and the store says where the job starts.
 """
 
 from __future__ import annotations
@@ -47,7 +58,7 @@ log = logging.getLogger("pipelines.state.exactly_once")
 OFFSETS_KEY = "pipelines.state.offsets"
 
 #: fault hook points, in the order they are passed
-FAULT_POINTS = ("after_write", "after_offsets", "after_ack")
+FAULT_POINTS = ("after_write", "after_ack", "after_offsets")
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,8 @@ class ExactlyOnceJob:
     partition_by: Sequence[str] | None = None
     merge_keys: Sequence[str] | None = None
     storage_options: dict[str, str] | None = None
+    #: the offset store's reset epoch when the run started (OffsetStore.epoch)
+    epoch: int = 0
     schema_mode: SchemaMode = None  # "merge": a batch may add columns to the table
     fault: Callable[[str, int], None] | None = field(default=None, compare=False)
 
@@ -93,16 +106,54 @@ def _read_text(path: str, spark: Any) -> str | None:
         return p.read_text() if p.exists() else None
     if spark is None:
         raise PipelinesError(f"{path}: reading a remote checkpoint needs the SparkSession")
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    fs, hpath = _hadoop_path(path, spark)
     if not fs.exists(hpath):
         return None
     stream = fs.open(hpath)
     try:
-        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        return str(spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
     finally:
         stream.close()
+
+
+def _hadoop_path(path: str, spark: Any) -> tuple[Any, Any]:
+    """(FileSystem, Path) of a remote ``path`` through Spark's Hadoop configuration."""
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
+
+
+def checkpoint_file_exists(path: str, spark: Any = None) -> bool:
+    """Whether a checkpoint file exists: local paths directly, others through ``spark``."""
+    local = path[len("file:") :] if path.startswith("file:") else path
+    if "://" not in local:
+        return Path(local).exists()
+    if spark is None:
+        raise PipelinesError(f"{path}: looking into a remote checkpoint needs the SparkSession")
+    fs, hpath = _hadoop_path(path, spark)
+    return bool(fs.exists(hpath))
+
+
+def move_aside(checkpoint: str, suffix: str, spark: Any = None) -> str:
+    """Rename the checkpoint directory to ``<checkpoint><suffix>`` (a remote one through ``spark``'s
+    Hadoop FileSystem) and return the new location. Raises PipelinesError when it cannot."""
+    aside = checkpoint.rstrip("/") + suffix
+    local = checkpoint[len("file:") :] if checkpoint.startswith("file:") else checkpoint
+    if "://" not in local:
+        try:
+            Path(local).rename(aside[len("file:") :] if aside.startswith("file:") else aside)
+        except OSError as exc:
+            raise PipelinesError(f"{checkpoint}: cannot move the checkpoint aside: {exc}") from exc
+        return aside
+    if spark is None:
+        raise PipelinesError(f"{checkpoint}: moving a remote checkpoint aside needs the SparkSession")
+    fs, hpath = _hadoop_path(checkpoint.rstrip("/"), spark)
+    if not fs.rename(hpath, spark.sparkContext._jvm.org.apache.hadoop.fs.Path(aside)):
+        raise PipelinesError(
+            f"{checkpoint}: the storage refused to rename the checkpoint to {aside}: delete it or point "
+            "checkpoint at a new location before the next run"
+        )
+    return aside
 
 
 def query_id(checkpoint: str, spark: Any = None) -> str:
@@ -153,22 +204,22 @@ def _planner(job: ExactlyOnceJob) -> Planner:
         return planner
 
 
-def release(job: ExactlyOnceJob, offsets: Offsets) -> bool:
-    """Acknowledge the job's durable subscription up to ``offsets``; False (and a warning) on failure.
+def release(job: ExactlyOnceJob, offsets: Offsets) -> None:
+    """Acknowledge the job's durable subscription up to ``offsets`` (committed downstream).
 
-    A failed acknowledgement loses nothing: the next batch acknowledges further (acks are
-    cumulative) and until then the broker simply keeps more backlog.
+    Raises PipelinesError when the broker cannot be told: the positions are then not stored
+    either (the batch fails and is replayed), so the subscription is never acknowledged less
+    than the store says.
     """
     if job.subscription is None:
-        return True
+        return
     try:
         _planner(job).release(offsets)
-        return True
     except Exception as exc:
-        log.warning(
-            "job %s: acknowledging %s failed, retried with the next batch: %s", job.name, offsets, exc
-        )
-        return False
+        raise PipelinesError(
+            f"job {job.name}: acknowledging subscription {job.subscription!r} up to "
+            f"{offsets.to_json()} failed ({exc}); the batch is replayed"
+        ) from exc
 
 
 def close_clients() -> None:
@@ -193,7 +244,8 @@ def write_delta_exactly_once(batch_df: Any, batch_id: int, target: str, job: Exa
     spark = batch_df.sparkSession
     end = batch_offsets(job.checkpoint, batch_id, spark)
     app_id = f"pipelines/{job.name}/{query_id(job.checkpoint, spark)}"
-    metadata = {OFFSETS_KEY: json.dumps({"job": job.name, "batch": batch_id, "offsets": end.to_dict()})}
+    entry = {"job": job.name, "batch": batch_id, "offsets": end.to_dict(), "epoch": job.epoch}
+    metadata = {OFFSETS_KEY: json.dumps(entry)}
     wrote = write_idempotent(
         batch_df,
         target,
@@ -210,44 +262,60 @@ def write_delta_exactly_once(batch_df: Any, batch_id: int, target: str, job: Exa
     if not wrote:
         log.info("job %s: batch %d was already in %s (replay)", job.name, batch_id, target)
     job._hit("after_write", batch_id)
-    _store(job).commit(job.name, end, batch_id, job.checkpoint)
-    job._hit("after_offsets", batch_id)
     release(job, end)
     job._hit("after_ack", batch_id)
+    _store(job).commit(job.name, end, batch_id, job.checkpoint, epoch=job.epoch)
+    job._hit("after_offsets", batch_id)
     return wrote
 
 
 def committed_in_target(
     target: str, job: str, storage_options: dict[str, str] | None = None
-) -> Offsets | None:
-    """The end offsets of the newest batch of ``job`` in ``target``'s commit metadata, if any."""
+) -> tuple[Offsets, int] | None:
+    """The end offsets of the newest batch of ``job`` in ``target``'s commit metadata and the
+    reset epoch it was written at (0 for batches written before epochs were recorded), if any."""
     for value in commit_metadata(target, OFFSETS_KEY, storage_options):
         try:
             entry = json.loads(value)
         except ValueError:
             continue
         if isinstance(entry, dict) and entry.get("job") == job:
-            return Offsets.from_dict(entry.get("offsets", {}), f"{target} commit metadata")
+            epoch = entry.get("epoch", 0)
+            offsets = Offsets.from_dict(entry.get("offsets", {}), f"{target} commit metadata")
+            return offsets, epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0
     return None
 
 
 def recover(job: ExactlyOnceJob, target: str) -> Offsets:
-    """Before a run without checkpoint: bring the store up to what the target already holds.
+    """Before a run without checkpoint: bring the store up to what the target already holds of
+    the run's reset epoch (``job.epoch``, read from the store when the run started).
 
-    Returns the positions the source will resume from.
+    Returns the positions the source will resume from. A newest batch written at an older
+    epoch is from before the last ``offsets reset``: the store's positions stand.
     """
-    store = _store(job)
-    stored = store.load(job.name)
-    in_target = committed_in_target(target, job.name, job.storage_options)
-    if in_target is not None:
-        ahead = {tp: pos for tp, pos in in_target.items() if tp not in stored or pos > stored[tp]}
-        if ahead:
-            log.warning(
-                "job %s: %s holds batches the offset store lacks (a crash after the write): %s",
-                job.name,
-                target,
-                Offsets(ahead).to_json(),
-            )
-            store.commit(job.name, Offsets(ahead), -1, job.checkpoint)
-            stored = stored.updated(ahead)
+    stored = _store(job).load(job.name)
+    found = committed_in_target(target, job.name, job.storage_options)
+    if found is None:
+        return stored
+    in_target, epoch = found
+    if epoch != job.epoch:
+        log.info(
+            "job %s: %s's newest batch predates the last offsets reset (epoch %d, now %d): ignored",
+            job.name,
+            target,
+            epoch,
+            job.epoch,
+        )
+        return stored
+    ahead = Offsets({tp: pos for tp, pos in in_target.items() if tp not in stored or pos > stored[tp]})
+    if ahead:
+        log.warning(
+            "job %s: %s holds batches the offset store lacks (a crash after the write): %s",
+            job.name,
+            target,
+            ahead.to_json(),
+        )
+        release(job, ahead)
+        _store(job).commit(job.name, ahead, -1, job.checkpoint, epoch=job.epoch)
+        stored = stored.updated(ahead)
     return stored

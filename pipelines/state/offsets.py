@@ -7,7 +7,17 @@ and ``pipelines offsets`` can show and reset positions. Schema (see ``docs/offse
 
     job string, topic string, partition int, ledger_id long, entry_id long,
     batch_index int, message_id string, batch_id long, committed_at timestamp (UTC),
-    checkpoint string (nullable)
+    checkpoint string (nullable), reset_epoch long (nullable: 0)
+
+A stored position means: every message of that topic-partition up to and including it has
+been written to the job's sink and committed there.
+
+The job's **reset epoch** (the largest ``reset_epoch`` of its rows; 0 for tables written
+before the column existed, which gain it on their next write) counts the job's resets.
+:meth:`OffsetStore.reset` writes its rows with the next epoch; a run reads the epoch when it
+starts, commits with it and writes it into each batch's commit metadata in the sink, so
+recovery without a checkpoint applies only sink commits made after the last reset, and a
+commit of an older epoch (a run that outlived a reset) never updates a row.
 
 Every write is one MERGE whose source is a table of rows (an Arrow table for
 delta-rs, a temp view of a DataFrame for delta-spark); user values never become
@@ -35,10 +45,11 @@ from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
+from deltalake import DeltaTable, Field
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.schema import PrimitiveType
 
-from pipelines.errors import OffsetStoreError
+from pipelines.errors import OffsetStoreError, StaleEpochError
 from pipelines.state.delta import (
     CommitRetry,
     commit_attempts,
@@ -63,12 +74,13 @@ COLUMNS = (
     "batch_id",
     "committed_at",
     "checkpoint",
+    "reset_epoch",
 )
 
 _SPARK_DDL = (
     "job STRING NOT NULL, topic STRING NOT NULL, partition INT NOT NULL, ledger_id BIGINT NOT NULL, "
     "entry_id BIGINT NOT NULL, batch_index INT NOT NULL, message_id STRING NOT NULL, "
-    "batch_id BIGINT NOT NULL, committed_at TIMESTAMP NOT NULL, checkpoint STRING"
+    "batch_id BIGINT NOT NULL, committed_at TIMESTAMP NOT NULL, checkpoint STRING, reset_epoch BIGINT"
 )
 
 # s (the new row) is ahead of t (the stored row). A batch index < 0 means the whole entry,
@@ -79,8 +91,11 @@ _AHEAD = (
     " AND (s.batch_index < 0 OR (t.batch_index >= 0 AND s.batch_index > t.batch_index))))))"
 )
 _SAME = "(s.ledger_id = t.ledger_id AND s.entry_id = t.entry_id AND s.batch_index = t.batch_index)"
-FORWARD_ONLY = f"{_AHEAD} OR ({_SAME} AND s.batch_id >= t.batch_id)"
-"""The MERGE condition under which :meth:`OffsetStore.commit` updates a stored row."""
+_EPOCH_KEPT = "coalesce(s.reset_epoch, 0) >= coalesce(t.reset_epoch, 0)"
+FORWARD_ONLY = f"({_EPOCH_KEPT}) AND ({_AHEAD} OR ({_SAME} AND s.batch_id >= t.batch_id))"
+"""The MERGE condition under which :meth:`OffsetStore.commit` updates a stored row: the new row
+is of the stored row's reset epoch or a later one, and ahead of it (or the same position with a
+batch id that is not older)."""
 
 
 def _retry(
@@ -151,6 +166,7 @@ class DeltaRsEngine:
                 pa.field("batch_id", pa.int64(), nullable=False),
                 pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
                 pa.field("checkpoint", pa.string(), nullable=True),
+                pa.field("reset_epoch", pa.int64(), nullable=True),
             ]
         )
 
@@ -192,9 +208,10 @@ class DeltaRsEngine:
                 return []
             # Filter after reading: deltalake 1.6's scan filters fail on string columns
             # (string vs string_view kernels), and the table is small.
-            data = dt.to_pyarrow_table(columns=list(COLUMNS))
+            present = {f.name for f in dt.schema().fields}
+            data = dt.to_pyarrow_table(columns=[c for c in COLUMNS if c in present])
             rows: list[dict[str, Any]] = data.filter(pc.field("job") == job).sort_by("topic").to_pylist()
-            return rows
+            return [_complete(r) for r in rows]
 
         return self._guard(op, "reading")
 
@@ -205,7 +222,10 @@ class DeltaRsEngine:
         source = pa.Table.from_pylist([dict(r) for r in rows], schema=self.schema())
 
         def op() -> None:
-            merge = self._open_or_create().merge(
+            dt = self._open_or_create()
+            if "reset_epoch" not in {f.name for f in dt.schema().fields}:  # written before the column
+                dt.alter.add_columns([Field("reset_epoch", PrimitiveType("long"), nullable=True)])
+            merge = dt.merge(
                 source,
                 "t.job = s.job AND t.topic = s.topic",
                 source_alias="s",
@@ -299,10 +319,10 @@ class DeltaSparkEngine:
         def op() -> list[dict[str, Any]]:
             if not self._exists():
                 return []
-            found = (
-                self._frame().where(F.col("job") == F.lit(job)).select(*COLUMNS).orderBy("topic").collect()
-            )
-            rows = [r.asDict() for r in found]
+            frame = self._frame()
+            columns = [c for c in COLUMNS if c in frame.columns]
+            found = frame.where(F.col("job") == F.lit(job)).select(*columns).orderBy("topic").collect()
+            rows = [_complete(r.asDict()) for r in found]
             for r in rows:  # pyspark returns naive local-time datetimes
                 ts = r["committed_at"]
                 if isinstance(ts, datetime) and ts.tzinfo is None:
@@ -319,6 +339,8 @@ class DeltaSparkEngine:
 
         def op() -> None:
             self._spark.sql(f"CREATE TABLE IF NOT EXISTS {self._ref} ({_SPARK_DDL}) USING delta")
+            if "reset_epoch" not in self._frame().columns:  # a table written before the column
+                self._spark.sql(f"ALTER TABLE {self._ref} ADD COLUMNS (reset_epoch BIGINT)")
             view = self._source(ordered, _SPARK_DDL)
             try:
                 self._spark.sql(
@@ -399,19 +421,44 @@ class OffsetStore:
 
     def load(self, job: str) -> Offsets:
         """The job's positions; empty when the table or the job has none. Raises OffsetStoreError."""
-        return Offsets({r["topic"]: _position(r) for r in self.rows(job)})
+        return self.state(job)[0]
 
-    def commit(self, job: str, offsets: Offsets, batch_id: int, checkpoint: str | None = None) -> None:
-        """Record that ``job`` has taken ``offsets`` in batch ``batch_id``.
+    def epoch(self, job: str) -> int:
+        """The job's reset epoch: how many times its positions were reset (0: never, or no rows)."""
+        return self.state(job)[1]
+
+    def state(self, job: str) -> tuple[Offsets, int]:
+        """The job's positions and reset epoch, read together. Raises OffsetStoreError."""
+        rows = self.rows(job)
+        return Offsets({r["topic"]: _position(r) for r in rows}), max(
+            (r["reset_epoch"] for r in rows), default=0
+        )
+
+    def commit(
+        self, job: str, offsets: Offsets, batch_id: int, checkpoint: str | None = None, *, epoch: int = 0
+    ) -> None:
+        """Record that ``job`` has taken ``offsets`` in batch ``batch_id`` of a run that started at
+        reset epoch ``epoch``.
 
         A topic whose stored position is ahead of the new one keeps the stored row (a
         replayed batch) and a warning is logged; the rule is enforced inside the MERGE,
-        so it also holds against a concurrent writer. Raises OffsetStoreError.
+        so it also holds against a concurrent writer. Raises StaleEpochError, before writing,
+        when the job's positions were reset after the run started (``epoch`` is older than the
+        store's): the run must stop, and the next one starts from the reset positions; the MERGE
+        refuses such a row too. Raises OffsetStoreError.
         """
         job = _job(job)
         if not offsets:
             return
-        stored = {r["topic"]: _position(r) for r in self.engine.read(job)}
+        rows = self.engine.read(job)
+        current = max((r["reset_epoch"] for r in rows), default=0)
+        if epoch < current:
+            raise StaleEpochError(
+                f"offset table {self.table}: the positions of job {job!r} were reset while this run "
+                f"was running (reset epoch {current}, the run started at {epoch}); batch {batch_id} "
+                "is not recorded: run the job again to start from the reset positions"
+            )
+        stored = {r["topic"]: _position(r) for r in rows}
         for topic, new in offsets.items():
             old = stored.get(topic)
             if old is not None and old > new:
@@ -425,14 +472,18 @@ class OffsetStore:
                     new,
                     old,
                 )
-        self.engine.upsert(_rows(job, offsets, batch_id, checkpoint), forward_only=True)
+        self.engine.upsert(_rows(job, offsets, batch_id, checkpoint, epoch), forward_only=True)
 
-    def reset(self, job: str, offsets: Offsets, batch_id: int = -1, checkpoint: str | None = None) -> None:
-        """Set the positions of ``offsets``' topics, backwards too; other topics are left as they
-        are (``delete`` first to replace the whole set). Raises OffsetStoreError."""
+    def reset(self, job: str, offsets: Offsets, batch_id: int = -1, checkpoint: str | None = None) -> int:
+        """Set the positions of ``offsets``' topics, backwards too, at the job's next reset epoch,
+        which is returned; other topics keep their positions (``delete`` first to replace the
+        whole set). Sink commits and runs of an earlier epoch no longer count (see the module
+        docstring). Raises OffsetStoreError."""
         job = _job(job)
+        epoch = self.epoch(job) + 1
         if offsets:
-            self.engine.upsert(_rows(job, offsets, batch_id, checkpoint), forward_only=False)
+            self.engine.upsert(_rows(job, offsets, batch_id, checkpoint, epoch), forward_only=False)
+        return epoch
 
     def delete(self, job: str, topics: Iterable[str] | None = None) -> None:
         """Remove the job's rows (only ``topics`` when given). Raises OffsetStoreError."""
@@ -449,7 +500,16 @@ def _position(row: Mapping[str, Any]) -> Position:
     return Position(int(row["ledger_id"]), int(row["entry_id"]), int(row["batch_index"]))
 
 
-def _rows(job: str, offsets: Offsets, batch_id: int, checkpoint: str | None) -> list[dict[str, Any]]:
+def _complete(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as read, with ``reset_epoch`` 0 where the table (written before it) or the row lacks it."""
+    if row.get("reset_epoch") is None:
+        row["reset_epoch"] = 0
+    return row
+
+
+def _rows(
+    job: str, offsets: Offsets, batch_id: int, checkpoint: str | None, epoch: int
+) -> list[dict[str, Any]]:
     if not isinstance(offsets, Offsets):
         raise OffsetStoreError(f"offsets must be an Offsets mapping, got {type(offsets).__name__}")
     if isinstance(batch_id, bool) or not isinstance(batch_id, int):
@@ -467,6 +527,7 @@ def _rows(job: str, offsets: Offsets, batch_id: int, checkpoint: str | None) -> 
             "batch_id": batch_id,
             "committed_at": now,
             "checkpoint": checkpoint,
+            "reset_epoch": epoch,
         }
         for topic, pos in offsets.items()
     ]

@@ -1238,6 +1238,14 @@ class Consumer(_Receiving):
         self._calls.drain()
         return self._client._run(self._core.backlog(flush_acks=True))
 
+    def get_mark_delete_positions(self) -> dict[str, MessageId | None]:
+        """topic-partition → the subscription's mark-delete position: every message up to it is
+        acknowledged (Pulsar's ``markDeletePosition``; the batch index is not part of it). None
+        where the broker does not report it. Acknowledgements made before the call go out first.
+        """
+        self._calls.drain()
+        return self._client._run(self._core.mark_delete_positions(flush_acks=True))
+
     def unsubscribe(self) -> None:
         """Delete the subscription on the broker and close this consumer."""
         self._calls.drain()

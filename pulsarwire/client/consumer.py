@@ -782,6 +782,12 @@ class PartitionConsumer(Handler):
             raise resp.error()
         return int(resp.command.consumerStatsResponse.msgBacklog)
 
+    async def mark_delete_position(self) -> MessageId | None:
+        """The subscription's mark-delete position (every message up to it is acknowledged), as the
+        broker reports it with GET_LAST_MESSAGE_ID; None from a broker that does not report it."""
+        mark_delete = (await self._last_message_id())[1]
+        return None if mark_delete is None else MessageId(*mark_delete, partition=self.partition)
+
     async def _last_message_id(self) -> tuple[MessageId, tuple[int, int] | None]:
         """The last message id of the topic and the subscription's mark-delete position (if sent)."""
         conn = await self._connected()

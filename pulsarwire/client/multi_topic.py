@@ -143,6 +143,15 @@ class Consumer:
         counts = await asyncio.gather(*(p.backlog() for p in self.parts))
         return {p.topic: n for p, n in zip(self.parts, counts, strict=True)}
 
+    async def mark_delete_positions(self, *, flush_acks: bool = False) -> dict[str, MessageId | None]:
+        """topic-partition → the subscription's mark-delete position (None where the broker does not
+        say); with ``flush_acks`` the acks waiting in their groups are sent first."""
+        if flush_acks:
+            for p in self.parts:
+                p.flush_acks()
+        found = await asyncio.gather(*(p.mark_delete_position() for p in self.parts))
+        return {p.topic: m for p, m in zip(self.parts, found, strict=True)}
+
     async def has_message_available(self) -> bool:
         if any(p.message_known_available() for p in self.parts):  # no round trip to every partition
             return True

@@ -1,7 +1,12 @@
 """Fixtures for the Spark side: one SparkSession for the whole run, a broker per module.
 
 * ``spark`` — a session-scoped local[2] SparkSession with ``format("pulsarwire")``
-  registered (starting one costs ~8 s on 2 cores, so there is only one).
+  registered (starting one costs ~8 s on 2 cores, so there is only one). The Delta Lake jars
+  (tests/helpers/peers.py: Maven-resolved, cached) are on its classpath, but its catalog and SQL
+  are Spark's own: ``delta_spark_available`` is False, so the deltalake (delta-rs) paths run on it.
+* ``delta_spark`` — a second SparkSession on the same SparkContext (no second JVM) with
+  ``DeltaSparkSessionExtension`` and ``DeltaCatalog``: the delta-spark engine, for real. While a
+  test uses it, it is the JVM's active session (Delta looks that up), and ``spark`` is again after.
 * ``dedup_broker`` — a module-scoped broker with deduplication on; tests isolate
   themselves with unique topic names.
 * ``produce`` — send payloads with the pulsarwire producer and return their ids.
@@ -16,6 +21,19 @@ from typing import Any
 import pytest
 
 from pulsarwire.broker import Broker
+from tests.helpers import peers
+
+#: why the Delta jars are not on the session's classpath (None when they are)
+_no_delta_jars: list[str] = []
+
+
+def _delta_jars() -> str:
+    """``spark.jars`` for the session: the cached Delta jars, fetched first on a fresh machine."""
+    try:
+        return ",".join(str(p) for p in peers.delta_jars())
+    except peers.PeerUnavailable as exc:
+        _no_delta_jars.append(str(exc))
+        return ""
 
 
 @pytest.fixture(scope="session")
@@ -35,12 +53,52 @@ def spark() -> Iterator[Any]:
         # small test queries: compiling code costs more CPU than it saves (2 cores, 4 workers)
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.jars", _delta_jars())
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
     pipelines.register(session)
     yield session
     session.stop()
+
+
+#: settings for tiny test tables (measured: the first commit 8-12 s -> 1.4-2 s, later ones ~1.5 s):
+#: Delta's state in 1 task (not 50), no statistics or checksum files to compute per commit
+DELTA_TEST_CONF = {
+    "spark.databricks.delta.snapshotPartitions": "1",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.databricks.delta.stats.collect": "false",
+    "spark.databricks.delta.writeChecksumFile.enabled": "false",
+    "spark.sql.adaptive.enabled": "false",
+}
+
+
+@pytest.fixture(scope="session")
+def _delta_session(spark: Any) -> Any:
+    from pyspark.sql import SparkSession
+
+    if _no_delta_jars:
+        pytest.fail(f"the Delta jars could not be fetched (`make peers`): {_no_delta_jars[0]}")
+    jvm = spark._jvm
+    builder = jvm.org.apache.spark.sql.classic.SparkSession.builder().sparkContext(spark._jsc.sc())
+    conf = {**peers.delta_spark_conf(), **DELTA_TEST_CONF}
+    del conf["spark.jars"]  # already on the context's classpath
+    for key, value in conf.items():  # the rest of its conf comes from the SparkContext's
+        builder = builder.config(key, value)
+    # spark.sql.extensions is read from the SparkContext's conf, which has none: inject Delta's
+    builder = builder.withExtensions(jvm.io.delta.sql.DeltaSparkSessionExtension())
+    # format("pulsarwire") is there already: data sources are the SparkContext's (shared state)
+    return SparkSession(spark.sparkContext, builder.create())
+
+
+@pytest.fixture
+def delta_spark(_delta_session: Any, spark: Any) -> Iterator[Any]:
+    jvm = spark._jvm
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(_delta_session._jsparkSession)
+    try:
+        yield _delta_session
+    finally:
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
 
 
 @pytest.fixture(scope="module")

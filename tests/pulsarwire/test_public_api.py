@@ -217,7 +217,7 @@ MISSING_METHODS: dict[str, set[str]] = {
 OURS_ONLY: dict[str, set[str]] = {
     "Client": {"check_connection", "get_schema", "get_topics_of_namespace", "read_arrow"},
     "Producer": {"send_arrow"},  # rows of a pyarrow RecordBatch as batch entries (docs/client.md)
-    "Consumer": {"get_backlog"},
+    "Consumer": {"get_backlog", "get_mark_delete_positions"},
     "MessageId": {"entry", "from_proto", "parse", "to_proto", "with_partition"},
     "Message": {"sequence_id"},
     "AuthenticationOauth2": {"auth_data", "auth_data_async", "token_expires_in"},

@@ -1,8 +1,8 @@
-"""Fixtures of the job tests: the local profile's data in a temporary directory, a broker.
+"""Fixtures of the job tests that run the repository's own job files.
 
-* ``project`` — ``PIPELINES_DATA_DIR`` at the test's ``tmp_path``, the working directory the
-  repository (``jobs/``, ``conf/``).
-* ``broker`` — the ``pulsar_broker`` fixture with ``PULSAR_URL`` pointing at it.
+* ``repo_data`` — the repository's jobs and local profile, their data under ``tmp_path``;
+* ``broker`` — the ``pulsar_broker`` fixture (our broker, deduplication on) with ``PULSAR_URL``
+  pointing at it, so that the local profile's jobs read from it.
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from pulsarwire.broker import Broker
-from tests.helpers.cli import ROOT
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The local profile pointed at ``tmp_path`` for data; the working directory is the repo."""
+def repo_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The repository's jobs and local profile with their data under ``tmp_path`` (returned);
+    the working directory is the repository."""
     monkeypatch.setenv("PIPELINES_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("PIPELINES_PROJECT_DIR", raising=False)
     monkeypatch.chdir(ROOT)

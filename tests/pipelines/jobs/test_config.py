@@ -985,7 +985,7 @@ def test_cli_validate_show_masks_secrets(project: Path, monkeypatch: pytest.Monk
 def test_cli_hands_jobs_to_the_runner(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[Any, ...]] = []
     fake = types.SimpleNamespace(
-        run_job=lambda job: calls.append(("run", job)) or 0,
+        run_job=lambda job, again=None: calls.append(("run", job)) or 0,
         backfill=lambda job, start, end: calls.append(("backfill", job, start, end)) or 0,
         show_offsets=lambda job: calls.append(("show", job)) or 3,
         reset_offsets=lambda job, position: calls.append(("reset", job, position)) or 3,

@@ -18,7 +18,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -27,42 +28,62 @@ from deltalake import DeltaTable
 
 from jobs.demo import produce
 from pipelines.jobs import runner
+from pipelines.jobs.cli import main as cli
 from pulsarwire.broker import Broker
-from tests.helpers.cli import (
-    INGEST,
-    ORDERS,
-    ROOT,
-    command_env,
-    in_process,
-    no_trace,
-    order_ids,
-    pipelines,
-    send_orders,
-)
+from tests.helpers.cli import ROOT, Ran, command_env, no_trace, pipelines
+
+INGEST = "jobs/orders_ingest.yaml"
+ORDERS = "persistent://public/default/orders"
+
+
+# -- running the command -----------------------------------------------------------------------
+def in_process(*args: str) -> Ran:
+    """``pipelines ARGS`` in this process (joins the suite's SparkSession)."""
+    out, err = StringIO(), StringIO()
+    t = time.monotonic()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli(list(args))
+    return Ran(code, out.getvalue(), err.getvalue(), time.monotonic() - t)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The local profile pointed at ``tmp_path`` for data; the working directory is the repo."""
+    monkeypatch.setenv("PIPELINES_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("PIPELINES_PROJECT_DIR", raising=False)
+    monkeypatch.chdir(ROOT)
+    return tmp_path
+
+
+def send_orders(service_url: str, first: int, count: int) -> None:
+    """Orders ``first ..`` one per entry (no batching): a topic with that many entries."""
+    import json
+
+    from jobs.demo import order
+    from pulsarwire.client.blocking import Client
+
+    client = Client(service_url)
+    try:
+        producer = client.create_producer("orders", batching_enabled=False, block_if_queue_full=True)
+        for i in range(first, first + count):
+            producer.send_async(json.dumps(order(i)).encode(), None)
+        producer.flush()
+    finally:
+        client.close()
+
+
+def order_ids(data: Path) -> list[int]:
+    table = DeltaTable(str(data / "tables" / "orders_raw")).to_pyarrow_table()
+    return sorted(table.column("order_id").to_pylist())
 
 
 # -- the service URL: a preflight before Spark starts ------------------------------------------
-@pytest.fixture
-def http_port() -> Iterator[int]:
-    """A local HTTP server: a port that speaks another protocol."""
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    class Quiet(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_port
-    server.shutdown()
-
-
 @pytest.mark.parametrize(
     ("url", "cause"),
     [
         ("pulsar://127.0.0.1:1", "connection refused"),
         ("pulsar://no-such-broker.invalid:6650", "name not resolved"),
-        ("HTTP", "this port does not speak the Pulsar protocol"),
+        ("HTTP", "the server answered HTTP, not the Pulsar protocol"),
     ],
     ids=["broker-down", "wrong-host", "http-port"],
 )

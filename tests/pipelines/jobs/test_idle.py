@@ -24,7 +24,7 @@ from pipelines.state.positions import Position
 from pulsarwire import MessageId
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
-from tests.helpers.cli import INGEST, ORDERS, in_process, order_ids, pipelines
+from tests.pipelines.jobs.test_failures import INGEST, ORDERS, in_process, order_ids, pipelines
 
 NO_JAVA = "/nonexistent-java-home"  # Spark cannot start: a run that tries fails at once
 SPARK_TRIED = "Java gateway process exited"
@@ -41,11 +41,11 @@ def last_batch(checkpoint: Path) -> int:
     return max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
 
 
-def test_a_run_with_nothing_to_read_ends_without_spark(spark: Any, broker: Broker, project: Path) -> None:
-    env = {"PULSAR_URL": broker.service_url, "PIPELINES_DATA_DIR": str(project), "JAVA_HOME": NO_JAVA}
+def test_a_run_with_nothing_to_read_ends_without_spark(spark: Any, broker: Broker, repo_data: Path) -> None:
+    env = {"PULSAR_URL": broker.service_url, "PIPELINES_DATA_DIR": str(repo_data), "JAVA_HOME": NO_JAVA}
     produce(broker.service_url, "orders", 100)
     assert in_process("run", INGEST).code == 0
-    checkpoint = project / "checkpoints" / "orders_ingest"
+    checkpoint = repo_data / "checkpoints" / "orders_ingest"
     batch = last_batch(checkpoint)
 
     ran = pipelines("run", INGEST, **env)
@@ -60,7 +60,7 @@ def test_a_run_with_nothing_to_read_ends_without_spark(spark: Any, broker: Broke
     assert ran.code == 1 and SPARK_TRIED in ran.err, ran
     produce(broker.service_url, "orders", 1, first=100)
     assert in_process("run", INGEST).code == 0  # finishes that batch (exactly once), reads the new one
-    assert (checkpoint / "commits" / str(batch)).exists() and order_ids(project) == list(range(101))
+    assert (checkpoint / "commits" / str(batch)).exists() and order_ids(repo_data) == list(range(101))
     assert pipelines("run", INGEST, **env).out_lines == [idle_line(last_batch(checkpoint))]
 
     # one new message: Spark runs
@@ -99,8 +99,8 @@ def checkpoint(job: Job, batch: int, offsets: dict[str, str], *, committed: bool
         (root / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
 
 
-def job(project: Path, *overrides: str) -> Job:
-    return load_job(INGEST, "local", [f"checkpoint={project}/ck", *overrides])
+def job(repo_data: Path, *overrides: str) -> Job:
+    return load_job(INGEST, "local", [f"checkpoint={repo_data}/ck", *overrides])
 
 
 def at(mid: MessageId, batch_index: int | None = None) -> str:
@@ -108,10 +108,12 @@ def at(mid: MessageId, batch_index: int | None = None) -> str:
     return str(Position(pos.ledger_id, pos.entry_id, pos.batch_index if batch_index is None else batch_index))
 
 
-def test_nothing_to_read_only_when_every_partition_is_read_to_its_end(broker: Broker, project: Path) -> None:
+def test_nothing_to_read_only_when_every_partition_is_read_to_its_end(
+    broker: Broker, repo_data: Path
+) -> None:
     ids = send(broker.service_url, "orders", 5, batched=True)  # one entry of five messages
     assert len({(m.ledger_id, m.entry_id) for m in ids}) == 1
-    ingest = job(project)
+    ingest = job(repo_data)
 
     assert nothing_to_read(ingest) is None  # no checkpoint: the first batch records where it starts
     checkpoint(ingest, 0, {ORDERS: at(ids[-1], -1)})  # the whole entry
@@ -135,7 +137,7 @@ def test_nothing_to_read_only_when_every_partition_is_read_to_its_end(broker: Br
     checkpoint(ingest, 5, {ORDERS: at(ids[-1], -1)})
 
     # a topic-partition the checkpoint does not know is read from its earliest message
-    two = job(project, "source.pulsar.topic=null", "source.pulsar.topics=[orders, returns]")
+    two = job(repo_data, "source.pulsar.topic=null", "source.pulsar.topics=[orders, returns]")
     send(broker.service_url, "returns", 0, batched=False)  # exists, empty
     assert nothing_to_read(two) is not None
     send(broker.service_url, "returns", 1, batched=False)
@@ -143,6 +145,6 @@ def test_nothing_to_read_only_when_every_partition_is_read_to_its_end(broker: Br
 
     # trigger once ends like availableNow; triggers that wait for data, and topics the job
     # waits for, always run Spark
-    assert nothing_to_read(job(project, "trigger=once")) is not None
-    assert nothing_to_read(job(project, "trigger={processing_time: 30s}")) is None
-    assert nothing_to_read(job(project, "source.pulsar.wait_for_topic=true")) is None
+    assert nothing_to_read(job(repo_data, "trigger=once")) is not None
+    assert nothing_to_read(job(repo_data, "trigger={processing_time: 30s}")) is None
+    assert nothing_to_read(job(repo_data, "source.pulsar.wait_for_topic=true")) is None

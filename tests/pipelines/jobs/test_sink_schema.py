@@ -22,7 +22,8 @@ from deltalake import DeltaTable, write_deltalake
 from jobs.demo import produce
 from pipelines.jobs.sink_schema import differences, type_text
 from pulsarwire.broker import Broker
-from tests.helpers.cli import INGEST, ORDERS, ROOT, in_process, order_ids, pipelines
+from tests.helpers.cli import ROOT
+from tests.pipelines.jobs.test_failures import INGEST, ORDERS, in_process, order_ids, pipelines
 
 
 def struct(**fields: Any) -> dict[str, Any]:
@@ -100,7 +101,7 @@ def test_columns_that_differ_from_the_table_are_named_before_reading(broker: Bro
     assert DeltaTable(str(table)).version() == 0 and not (tmp_path / "tables" / "pipeline_offsets").exists()
 
 
-def test_schema_mode_merge_adds_a_column(spark: Any, broker: Broker, project: Path) -> None:
+def test_schema_mode_merge_adds_a_column(spark: Any, broker: Broker, repo_data: Path) -> None:
     produce(broker.service_url, "orders", 20)
     assert in_process("run", INGEST).code == 0
     produce(broker.service_url, "orders", 10, first=20)
@@ -111,16 +112,16 @@ def test_schema_mode_merge_adds_a_column(spark: Any, broker: Broker, project: Pa
     assert ran.code == 1 and ran.out == "", ran
     assert ran.err_lines == [
         "jobs/orders_ingest.yaml: sink.delta.schema_mode: column discount (double) of the transformed rows "
-        f"is not in the table {project}/tables/orders_raw; set sink.delta.schema_mode: merge to add it, or "
+        f"is not in the table {repo_data}/tables/orders_raw; set sink.delta.schema_mode: merge to add it, or "
         "leave it out in the transform"
     ]
-    assert order_ids(project) == list(range(20))
+    assert order_ids(repo_data) == list(range(20))
 
     ran = in_process(
         "run", INGEST, "--set", f"transform.sql={with_discount}", "--set", "sink.delta.schema_mode=merge"
     )
     assert ran.code == 0, ran
-    rows = DeltaTable(str(project / "tables" / "orders_raw")).to_pyarrow_table()
+    rows = DeltaTable(str(repo_data / "tables" / "orders_raw")).to_pyarrow_table()
     assert sorted(rows.column("order_id").to_pylist()) == list(range(30))
     new = rows.filter(pc.greater_equal(rows.column("order_id"), 20))
     assert new.column("discount").null_count == 0  # the new rows carry it, the old ones read null

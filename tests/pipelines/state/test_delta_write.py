@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,6 @@ from deltalake import DeltaTable
 
 from pipelines.errors import OptionError, PipelinesError
 from pipelines.state.delta import delta_spark_available, is_table_name, last_version, write_idempotent
-
-NO_JARS = "Delta Lake jars are not on the classpath here"
 
 
 def batch(*ids: int, tag: str = "x") -> pa.Table:
@@ -183,8 +180,7 @@ def test_is_table_name(tmp_path: Path) -> None:
 
 
 def test_spark_dataframe_without_delta_spark_goes_through_deltalake(spark: Any, target: str) -> None:
-    if delta_spark_available(spark):
-        pytest.skip("this session has delta-spark; test_spark_dataframe_with_delta_spark covers it")
+    assert not delta_spark_available(spark), "the suite's main session runs the deltalake paths"
     df = spark.createDataFrame([(1, "a", 1.5), (2, None, -0.25)], "id long, tag string, score double")
     assert write_idempotent(df, target, "query-1", 0) is True
     assert write_idempotent(df, target, "query-1", 0) is False
@@ -195,11 +191,9 @@ def test_spark_dataframe_without_delta_spark_goes_through_deltalake(spark: Any, 
     assert last_version(target, "query-1", spark) == 1
 
 
-def test_spark_dataframe_with_delta_spark(spark: Any, tmp_path: Path) -> None:
-    try:
-        spark.sql(f"CREATE TABLE delta.`{tmp_path / f'probe-{uuid.uuid4().hex[:8]}'}` (a INT) USING delta")
-    except Exception:
-        pytest.skip(NO_JARS)
+def test_spark_dataframe_with_delta_spark(delta_spark: Any, tmp_path: Path) -> None:
+    spark = delta_spark
+    assert delta_spark_available(spark)
     target = str(tmp_path / "sink")
     df = spark.createDataFrame([(1, "a"), (2, "b")], "id long, tag string")
     assert write_idempotent(df, target, "q", 0, spark=spark) is True

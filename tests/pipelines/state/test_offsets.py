@@ -1,7 +1,8 @@
 """The Delta offset store on real Delta tables under tmp_path.
 
 Most tests use the deltalake engine (no Spark). The delta-spark engine runs the same
-scenarios where the Delta jars are on the classpath and skips elsewhere.
+scenarios on the suite's Delta session (``delta_spark``: the Delta jars Maven fetched,
+tests/helpers/peers.py).
 """
 
 from __future__ import annotations
@@ -9,16 +10,16 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from pipelines.errors import OffsetStoreError
+from pipelines.errors import OffsetStoreError, StaleEpochError
 from pipelines.state.delta import CommitRetry
 from pipelines.state.offsets import (
     COLUMNS,
@@ -33,7 +34,6 @@ from pipelines.state.positions import Offsets, Position
 T0 = "persistent://public/default/orders-partition-0"
 T1 = "persistent://public/default/orders-partition-1"
 PLAIN = "persistent://public/default/plain"
-NO_JARS = "Delta Lake jars are not on the classpath here"
 
 
 def offs(**kw: str) -> Offsets:
@@ -41,28 +41,12 @@ def offs(**kw: str) -> Offsets:
     return Offsets({names[k]: Position.parse(v) for k, v in kw.items()})
 
 
-_can_create_delta: dict[int, bool] = {}
-
-
-def _delta_spark_engine(spark: Any, path: Path) -> DeltaSparkEngine:
-    if id(spark) not in _can_create_delta:
-        probe = path.parent / f"probe-{uuid.uuid4().hex[:8]}"
-        try:
-            spark.sql(f"CREATE TABLE delta.`{probe}` (a INT) USING delta")
-            _can_create_delta[id(spark)] = True
-        except Exception:
-            _can_create_delta[id(spark)] = False
-    if not _can_create_delta[id(spark)]:
-        pytest.skip(NO_JARS)
-    return DeltaSparkEngine(spark, str(path))
-
-
 @pytest.fixture(params=["deltalake", pytest.param("delta-spark", marks=pytest.mark.spark)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> OffsetStore:
     path = tmp_path / "offsets"
     if request.param == "deltalake":
         return OffsetStore(str(path), engine=DeltaRsEngine(str(path)))
-    engine = _delta_spark_engine(request.getfixturevalue("spark"), path)
+    engine = DeltaSparkEngine(request.getfixturevalue("delta_spark"), str(path))
     return OffsetStore(str(path), engine=engine)
 
 
@@ -125,11 +109,48 @@ def test_same_position_replayed_keeps_newer_batch_id(store: OffsetStore) -> None
 
 def test_reset_moves_backwards_and_leaves_other_topics(store: OffsetStore) -> None:
     store.commit("job", offs(t0="5:10:-1", t1="6:0:3"), batch_id=9)
-    store.reset("job", offs(t0="-1:-1:-1"))
+    assert store.epoch("job") == 0
+    epoch = store.reset("job", offs(t0="-1:-1:-1"))
+    assert epoch == 1 and store.epoch("job") == 1
     assert store.load("job") == offs(t0="-1:-1:-1", t1="6:0:3")
     assert {r["topic"]: r["batch_id"] for r in store.rows("job")} == {T0: -1, T1: 9}
-    store.commit("job", offs(t0="0:0:-1"), batch_id=0)  # earliest is behind everything
+    store.commit("job", offs(t0="0:0:-1"), batch_id=0, epoch=epoch)  # earliest is behind everything
     assert store.load("job") == offs(t0="0:0:-1", t1="6:0:3")
+
+
+def test_a_run_that_outlived_a_reset_records_nothing(store: OffsetStore) -> None:
+    """A run reads the epoch when it starts; after a reset its commits are refused, before the
+    write and inside the MERGE (a commit that raced the reset)."""
+    store.commit("job", offs(t0="5:10:-1"), batch_id=3, epoch=0)
+    store.reset("job", offs(t0="1:0:-1"))
+    with pytest.raises(StaleEpochError, match="were reset while this run was running"):
+        store.commit("job", offs(t0="5:11:-1"), batch_id=4, epoch=0)
+    store.engine.upsert(  # the same row past the check, as a racing writer would send it
+        [{**store.rows("job")[0], "ledger_id": 5, "entry_id": 12, "message_id": "5:12:-1", "reset_epoch": 0}],
+        forward_only=True,
+    )
+    assert store.load("job") == offs(t0="1:0:-1")
+    store.commit("job", offs(t0="1:5:-1"), batch_id=0, epoch=1)
+    assert store.load("job") == offs(t0="1:5:-1")
+
+
+def test_a_store_written_before_reset_epochs_is_read_and_gains_the_column(tmp_path: Path) -> None:
+    """A table of the columns the store had before (no reset_epoch): read at epoch 0, commits and
+    resets add the column; the rows it had are kept."""
+    path = str(tmp_path / "old-offsets")
+    old = [f for f in DeltaRsEngine.schema() if f.name != "reset_epoch"]
+    row = {
+        "job": "job", "topic": T0, "partition": 0, "ledger_id": 5, "entry_id": 10, "batch_index": -1,
+        "message_id": "5:10:-1", "batch_id": 7, "committed_at": datetime.now(UTC), "checkpoint": "/ck",
+    }  # fmt: skip
+    write_deltalake(path, pa.Table.from_pylist([row], schema=pa.schema(old)))
+    store = OffsetStore(path)
+    assert store.load("job") == offs(t0="5:10:-1") and store.epoch("job") == 0
+    store.commit("job", offs(t0="5:11:-1", t1="2:0:-1"), batch_id=8)
+    assert store.state("job") == (offs(t0="5:11:-1", t1="2:0:-1"), 0)
+    assert store.reset("job", offs(t1="1:0:-1")) == 1
+    assert store.state("job") == (offs(t0="5:11:-1", t1="1:0:-1"), 1)
+    assert "reset_epoch" in {f.name for f in DeltaTable(path).schema().fields}
 
 
 def test_delete(store: OffsetStore) -> None:
@@ -187,6 +208,7 @@ def test_rows_contents(store: OffsetStore) -> None:
             "message_id": "6:0:3",
             "batch_id": 12,
             "checkpoint": "s3://ck/job",
+            "reset_epoch": 0,
         },
         {
             "job": "job",
@@ -198,6 +220,7 @@ def test_rows_contents(store: OffsetStore) -> None:
             "message_id": "7:8:-1",
             "batch_id": 12,
             "checkpoint": "s3://ck/job",
+            "reset_epoch": 0,
         },
     ]
 
@@ -231,6 +254,7 @@ def test_table_schema(rs_store: OffsetStore, tmp_path: Path) -> None:
         ("batch_id", "long", False),
         ("committed_at", "timestamp", False),
         ("checkpoint", "string", True),
+        ("reset_epoch", "long", True),
     ]
 
 
@@ -376,14 +400,21 @@ def test_engine_for_spark_session(spark: Any, tmp_path: Path) -> None:
 def test_spark_merge_source_view(spark: Any, tmp_path: Path) -> None:
     # The delta-spark engine's MERGE source needs no Delta: check its rows and types here.
     from chispa.schema_comparer import assert_schema_equality
-    from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
+    from pyspark.sql.types import (
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
     from pipelines.state.offsets import _SPARK_DDL
 
     engine = DeltaSparkEngine(spark, str(tmp_path / "o"))
     ts = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     row = {"job": "j'1", "topic": T1, "partition": 1, "ledger_id": 6, "entry_id": 0, "batch_index": 3}
-    row |= {"message_id": "6:0:3", "batch_id": 2, "committed_at": ts, "checkpoint": None}
+    row |= {"message_id": "6:0:3", "batch_id": 2, "committed_at": ts, "checkpoint": None, "reset_epoch": 1}
     view = engine._source([row], _SPARK_DDL)
     try:
         got = spark.table(view).collect()
@@ -405,11 +436,12 @@ def test_spark_merge_source_view(spark: Any, tmp_path: Path) -> None:
         ),
     )
     assert_schema_equality(
-        StructType(fields[-2:]),
+        StructType(fields[-3:]),
         StructType(
             [
                 StructField("committed_at", TimestampType(), False),
                 StructField("checkpoint", StringType(), True),
+                StructField("reset_epoch", LongType(), True),
             ]
         ),
     )
