@@ -925,18 +925,18 @@ def _backfill_keys(job: Job, spark: Any) -> tuple[list[str], bool]:
     assert sink is not None
     schema: StructType = source_schema(job.backfill_options(Bound.model_construct(kind="earliest")))
     df = transform(job, spark, spark.createDataFrame([], schema))
-    check_output(job, df)
-    if sink.mode == "merge":
-        assert sink.merge_keys is not None
-        return list(sink.merge_keys), True
-    missing = [c for c in POSITION_COLUMNS if c not in df.columns]
-    if missing:
+    missing = [c for c in POSITION_COLUMNS if c not in df.columns] if sink.mode != "merge" else []
+    if missing:  # the backfill's own rule first: without these columns nothing else matters
         raise job.error(
             "sink.delta.mode",
             "a backfill must not duplicate rows already ingested: it merges on the message position "
             f"({', '.join(POSITION_COLUMNS)}), but the transformed rows lack {', '.join(missing)}; keep "
             "those columns, or set sink.delta.mode: merge with merge_keys that identify a row",
         )
+    check_output(job, df)
+    if sink.mode == "merge":
+        assert sink.merge_keys is not None
+        return list(sink.merge_keys), True
     return list(POSITION_COLUMNS), False
 
 
