@@ -14,11 +14,13 @@ and stops Spark itself.
 Nothing is left behind when the driver dies without stopping Spark (SIGKILL, a crash): the
 JVM ends when its stdin, a pipe from the driver, closes (PySpark's gateway server watches
 it), and the Python workers end with the JVM. A JVM this process started earlier (a second
-job in one process) is reused as PySpark would.
+job in one process) is reused as PySpark would; a Spark Connect session (``spark.remote``,
+``SPARK_REMOTE``) has no JVM here and is left to the builder.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from pyspark import SparkConf, SparkContext
@@ -29,6 +31,8 @@ def start_context(master: str, app_name: str, conf: Mapping[str, str]) -> None:
     """Start the SparkContext (and its JVM, in a session of its own) that the next
     ``SparkSession.builder.getOrCreate()`` joins; nothing when this process has a JVM already."""
     if SparkContext._gateway is not None or SparkContext._active_spark_context is not None:
+        return
+    if "spark.remote" in conf or "SPARK_REMOTE" in os.environ:  # Spark Connect: no local JVM here
         return
     spark_conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(conf.items()))
     gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
