@@ -18,8 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import redirect_stderr, redirect_stdout
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +26,9 @@ from deltalake import DeltaTable
 
 from jobs.demo import produce
 from pipelines.jobs import runner
-from pipelines.jobs.cli import main as cli
 from pulsarwire.broker import Broker
-from tests.helpers.cli import ROOT, Ran, command_env, no_trace, pipelines
-
-INGEST = "jobs/orders_ingest.yaml"
-ORDERS = "persistent://public/default/orders"
-
-
-# -- running the command -----------------------------------------------------------------------
-def in_process(*args: str) -> Ran:
-    """``pipelines ARGS`` in this process (joins the suite's SparkSession)."""
-    out, err = StringIO(), StringIO()
-    t = time.monotonic()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = cli(list(args))
-    return Ran(code, out.getvalue(), err.getvalue(), time.monotonic() - t)
+from tests.helpers.cli import ROOT, command_env, no_trace, pipelines
+from tests.helpers.orders_job import INGEST, ORDERS, in_process, order_ids, send_orders
 
 
 @pytest.fixture
@@ -53,28 +38,6 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("PIPELINES_PROJECT_DIR", raising=False)
     monkeypatch.chdir(ROOT)
     return tmp_path
-
-
-def send_orders(service_url: str, first: int, count: int) -> None:
-    """Orders ``first ..`` one per entry (no batching): a topic with that many entries."""
-    import json
-
-    from jobs.demo import order
-    from pulsarwire.client.blocking import Client
-
-    client = Client(service_url)
-    try:
-        producer = client.create_producer("orders", batching_enabled=False, block_if_queue_full=True)
-        for i in range(first, first + count):
-            producer.send_async(json.dumps(order(i)).encode(), None)
-        producer.flush()
-    finally:
-        client.close()
-
-
-def order_ids(data: Path) -> list[int]:
-    table = DeltaTable(str(data / "tables" / "orders_raw")).to_pyarrow_table()
-    return sorted(table.column("order_id").to_pylist())
 
 
 # -- the service URL: a preflight before Spark starts ------------------------------------------

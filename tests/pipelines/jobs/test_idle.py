@@ -24,7 +24,8 @@ from pipelines.state.positions import Position
 from pulsarwire import MessageId
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
-from tests.pipelines.jobs.test_failures import INGEST, ORDERS, in_process, order_ids, pipelines
+from tests.helpers.cli import pipelines
+from tests.helpers.orders_job import INGEST, ORDERS, in_process, order_ids
 
 NO_JAVA = "/nonexistent-java-home"  # Spark cannot start: a run that tries fails at once
 SPARK_TRIED = "Java gateway process exited"

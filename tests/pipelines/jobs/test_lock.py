@@ -21,7 +21,7 @@ from pipelines.jobs.config import load_job
 from pipelines.jobs.lock import JobLocked, job_lock, lock_path
 from pipelines.jobs.models import Job
 from tests.helpers.cli import ROOT, command_env
-from tests.pipelines.jobs.test_failures import INGEST
+from tests.helpers.orders_job import INGEST
 
 
 def job(checkpoint: str) -> Job:

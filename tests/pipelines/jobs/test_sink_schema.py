@@ -22,8 +22,8 @@ from deltalake import DeltaTable, write_deltalake
 from jobs.demo import produce
 from pipelines.jobs.sink_schema import differences, type_text
 from pulsarwire.broker import Broker
-from tests.helpers.cli import ROOT
-from tests.pipelines.jobs.test_failures import INGEST, ORDERS, in_process, order_ids, pipelines
+from tests.helpers.cli import ROOT, pipelines
+from tests.helpers.orders_job import INGEST, ORDERS, in_process, order_ids
 
 
 def struct(**fields: Any) -> dict[str, Any]:
