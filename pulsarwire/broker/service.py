@@ -443,6 +443,10 @@ class BrokerService:
             names.update(t for t in stored_topics(self.config.data_dir) if t.startswith(prefixes))
         return sorted(names)
 
+    def partition_count(self, name: str) -> int | None:
+        """The partitions of the partitioned topic ``name``; None when it is not one."""
+        return self.partitioned.get(name)
+
     def partitioned_topics_in(self, namespace: str, domain: str) -> list[str]:
         prefix = f"{domain}://{namespace}/"
         return sorted(n for n in self.partitioned if n.startswith(prefix))

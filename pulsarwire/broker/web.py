@@ -607,7 +607,7 @@ class WebService:
         full = str(name)
         if name.partition_index >= 0:
             raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
-        if full in self.service.partitioned or full in self.service.topics:
+        if self.service.partition_count(full) is not None or self.service.get_topic(full, create=False):
             raise HttpError(409, "This topic already exists")
         self.service.create_partitioned_topic(full, partitions)
         return Response(204)
@@ -616,7 +616,7 @@ class WebService:
         name = self._topic(request, p, SUPERUSER, "update topics")
         partitions = self._body_json(request, int, "the number of partitions")
         full = str(name)
-        current = self.service.partitioned.get(full)
+        current = self.service.partition_count(full)
         if current is None:
             raise HttpError(404, "Partitioned topic does not exist")
         if partitions <= current:
@@ -627,7 +627,7 @@ class WebService:
     def on_delete_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "delete topics")
         full = str(name)
-        n = self.service.partitioned.get(full)
+        n = self.service.partition_count(full)
         if n is None:
             raise HttpError(404, "Partitioned topic does not exist")
         self._check_deletable([str(name.partition(i)) for i in range(n)], request.flag("force"))
@@ -638,9 +638,9 @@ class WebService:
         name = self._topic(request, p, SUPERUSER, "create topics")
         full = str(name)
         parent = str(name.partitioned_topic)
-        if self.service.topic_exists(full) or (name.partition_index < 0 and full in self.service.partitioned):
+        if self.service.topic_exists(full):
             raise HttpError(409, "This topic already exists")
-        if name.partition_index >= 0 and parent in self.service.partitioned:
+        if name.partition_index >= 0 and self.service.partition_count(parent) is not None:
             raise HttpError(409, "This topic already exists")
         self.service.get_topic(full, create=True)
         return Response(204)
@@ -648,7 +648,7 @@ class WebService:
     def on_delete_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "delete topics")
         full = str(name)
-        if full in self.service.partitioned:
+        if self.service.partition_count(full) is not None:
             raise HttpError(409, "Topic is a partitioned topic: delete it with DELETE .../partitions")
         if not self.service.topic_exists(full):
             raise HttpError(404, "Topic not found")
@@ -712,7 +712,7 @@ class WebService:
 
     def on_terminate(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "terminate topics")
-        if str(name) in self.service.partitioned:
+        if self.service.partition_count(str(name)) is not None:
             raise HttpError(405, "Termination of a partitioned topic is not allowed")
         self._loaded(name)
         ledger, entry = self.service.terminate_topic(str(name))
