@@ -23,6 +23,13 @@ read: produce or consume; subscriptions: consume; schema upload: produce); tenan
 topic creation/deletion/termination and policies need a superuser (Pulsar: a tenant admin or a
 superuser -- this broker has no tenant admins). ``/metrics`` needs nothing (Pulsar's
 ``authenticateMetricsEndpoint=false``). Without authentication nothing is checked.
+
+This module is the HTTP side only: reading requests, routing, JSON shapes and status codes.
+Every rule it shares with the binary protocol -- authorization, whether a tenant, namespace or
+topic exists, partitioned metadata, lookup -- is a method of the service layer
+(:class:`~pulsarwire.broker.service.BrokerService`), whose refusals (BrokerError, NotFound) are
+mapped here to Pulsar's statuses (403, 404 with Pulsar's reason, 405, 503). It does not import
+the binary handler nor the Broker.
 """
 
 from __future__ import annotations
