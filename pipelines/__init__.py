@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from pipelines.errors import PipelinesError
+from pipelines.extras import check_pyspark
 
 __all__ = ["FORMAT", "register"]
 
@@ -31,7 +32,10 @@ def register(spark: Any) -> None:
     this interpreter. When ``PYSPARK_PYTHON`` names an interpreter that cannot import
     pulsarwire, PipelinesError says what to set instead of letting every task fail.
     Clusters (any other master) keep their own setting: their images install pulsarwire.
+    A pyspark older than :data:`pipelines.extras.PYSPARK_MIN` is a PipelinesError naming
+    the version needed.
     """
+    check_pyspark()  # a runtime whose Spark is too old: one line, not an ImportError
     _use_this_python(spark)
     from pipelines.spark.datasource import PulsarWireDataSource  # pyspark: only when registering
 

@@ -1,4 +1,4 @@
-"""``python -m pipelines ...``: the ``pipelines`` command (see :mod:`pipelines.jobs.cli`).
+"""``python -m pipelines ...``: the ``pipelines`` command (see :mod:`pipelines.command`).
 
 Absolute import, so that ``spark-submit pipelines/__main__.py run ...`` works too.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from pipelines.jobs.cli import main
+from pipelines.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

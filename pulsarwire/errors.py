@@ -198,6 +198,34 @@ class ConnectError(ClientError):
         self.retriable = retriable
 
 
+class NotTlsError(ConnectError):
+    """A ``pulsar+ssl://`` URL reached a server that did not answer TLS: it closed the connection
+    during the handshake or sent bytes that are not TLS (a plaintext port). Not retriable.
+
+    ``reason`` is the short cause without the URL.
+    """
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot connect to {url}: {reason}", retriable=False)
+        self.url = url
+        self.reason = reason
+
+
+class NotPulsarError(ConnectError):
+    """The port answered with another protocol than Pulsar's binary one. Not retriable.
+
+    ``protocol`` is what it answered when that could be told (``"HTTP"``: a web or admin port;
+    ``"TLS"``: a TLS port reached with ``pulsar://``), else None. ``reason`` is the short cause
+    without the URL.
+    """
+
+    def __init__(self, url: str, reason: str, protocol: str | None = None) -> None:
+        super().__init__(f"cannot connect to {url}: {reason}", retriable=False)
+        self.url = url
+        self.reason = reason
+        self.protocol = protocol
+
+
 class ConnectionClosedError(ClientError):
     """The connection closed while a request was outstanding."""
 
@@ -345,7 +373,21 @@ class AuthorizationError(ServerError):
     code, retriable = 4, False
 
 
-class OAuth2Error(AuthenticationError):
+class LocalCredentialsError(AuthenticationError):
+    """No credential could be made on this side, so the broker was never asked: a token file
+    that is missing or unreadable, an OAuth2 issuer that refused or did not answer. Not retriable.
+    """
+
+
+class TokenFileError(LocalCredentialsError):
+    """The token file is missing, unreadable, not UTF-8 or empty; ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class OAuth2Error(LocalCredentialsError):
     """No OAuth2 access token could be obtained (client side: the broker was not asked).
 
     ``issuer`` names the issuer URL; the message never contains the client secret.

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +173,32 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.section("real peers")
         for line in _PEER_LINES:
             terminalreporter.write_line(line)
+
+
+# -- servers of other kinds, for what a client meets at a wrong address --------------------------------
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """A plain HTTP server on a loopback port: a port that speaks another protocol than Pulsar's."""
+
+    class Quiet(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_port
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A test CA (``ca``: its certificate) and a certificate for localhost and 127.0.0.1 with its
+    key in one PEM file (``cert``)."""
+    import trustme
+
+    d = tmp_path_factory.mktemp("tls")
+    ca = trustme.CA()
+    files = {"ca": d / "ca.pem", "cert": d / "cert.pem"}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(files["cert"]))
+    return files

@@ -2,7 +2,8 @@
 
 No extras: ``import pulsarwire`` and ``pulsarwire.broker`` load without pyspark or pyarrow, the
 broker starts, our client produces and consumes through it, ``pip check`` is clean and the
-version is the package's one version string. This is what a user on any Python gets from
+version is the package's one version string; the ``pipelines`` command says in one line
+which extra it needs. This is what a user on any Python gets from
 ``pip install pulsarwire`` (the Spark side comes with the ``jobs`` / ``spark`` extras).
 """
 
@@ -54,3 +55,9 @@ def test_the_wheel_installs_alone_and_the_core_runs_without_spark_or_arrow(tmp_p
     assert check.returncode == 0, check.stdout + check.stderr
     listed = _run(python, "-m", "pip", "list", "--format=freeze").stdout.lower()
     assert "pyspark" not in listed and "pyarrow" not in listed
+    # the pipelines command is there without its extras: it says in one line which to install
+    command = _run(venv / "bin" / "pipelines", "validate", cwd=tmp_path)
+    assert command.returncode == 1 and command.stdout == "", command
+    assert command.stderr.splitlines() == [
+        "error: pipelines needs the 'jobs' extra (no module named 'pydantic'): pip install 'pulsarwire[jobs]'"
+    ]

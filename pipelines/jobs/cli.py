@@ -37,6 +37,7 @@ from types import ModuleType
 from typing import Any
 
 from pipelines.errors import JobError, short_error
+from pipelines.extras import check_pyspark, missing_extra
 from pipelines.jobs import preflight, stopping
 from pipelines.jobs.config import display_path, dump_yaml, find_jobs, load_job, redacted
 from pipelines.jobs.models import Job
@@ -156,6 +157,7 @@ def _load(args: argparse.Namespace) -> Job:
 def _runner() -> ModuleType:
     """:mod:`pipelines.jobs.runner`, imported when a command runs Spark: it is the only module
     of this command that loads pyspark, so ``validate`` and ``list`` never do."""
+    check_pyspark()  # one line for a runtime whose Spark is too old, before its imports fail
     from pipelines.jobs import runner
 
     return runner
@@ -297,10 +299,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
+        # an extra that is not installed (pyspark for run): the one line says which
+        extra = missing_extra(exc) if isinstance(exc, ModuleNotFoundError) else None
         if verbose:
             print(mask(traceback.format_exc()), end="", file=sys.stderr)
-        print(f"error: {mask(short_error(exc))}", file=sys.stderr)
-        if not verbose:
+        print(f"error: {extra or mask(short_error(exc))}", file=sys.stderr)
+        if not verbose and extra is None:
             print("run with -v for the full trace", file=sys.stderr)
         return 1
     return int(result or 0)

@@ -43,11 +43,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipelines.errors import JobError
-from pipelines.jobs.models import Job
+from pipelines.jobs.models import UNION_TAGS, Job, Transform
+from pipelines.jobs.sql import sql_problems
 from pipelines.masking import is_secret_key, mask, mask_data, remember, secret_values
 from pipelines.options.bound import format_path
 from pipelines.options.grammar import kind_of, show
-from pipelines.options.model import Loc
+from pipelines.options.migration import job_key_hint
+from pipelines.options.model import Loc, OptionsModel
 from pipelines.suggest import did_you_mean
 
 __all__ = [
@@ -567,6 +569,8 @@ def _type_at(loc: Loc) -> Any:
     t: Any = Job
     for part in loc:
         if isclass(t) and issubclass(t, BaseModel):
+            if isinstance(part, int):  # a list of the model (transform's steps): one of them
+                continue
             fields = {(f.alias or name): f for name, f in t.model_fields.items()}
             if part not in fields:
                 return None
@@ -585,6 +589,11 @@ def _unknown_key(loc: Loc) -> str:
     if not (isclass(parent) and issubclass(parent, BaseModel)):
         return "unknown key"
     known = [f.alias or name for name, f in parent.model_fields.items()]
+    if issubclass(parent, OptionsModel) and parent.SIDE:  # another connector's name for an option
+        job_keys = {spark: name for name, spark in parent.spark_names().items()}
+        advice = job_key_hint(str(loc[-1]), parent.SIDE, job_keys)
+        if advice is not None:
+            return f"unknown key: {advice}"
     hint = did_you_mean(str(loc[-1]), known)
     if hint:
         return f"unknown key{hint}"
@@ -632,7 +641,7 @@ def _message(err: Mapping[str, Any], loc: Loc) -> str:
 def _validation_lines(exc: ValidationError, doc: _Doc) -> list[str]:
     lines: list[str] = []
     for err in exc.errors():
-        loc: Loc = tuple(err["loc"])
+        loc: Loc = tuple(p for p in err["loc"] if p not in UNION_TAGS)
         found = (err.get("ctx") or {}).get("problems") if err["type"] == "job" else None
         if found:
             for where, message in found:
@@ -663,6 +672,12 @@ def _profile_path(env: str, conf_dir: Path) -> Path:
     if env.endswith((".yaml", ".yml")) or os.sep in env or "/" in env:
         return Path(env)
     path = conf_dir / f"{env}.yaml"
+    if not conf_dir.is_dir():
+        raise JobError(
+            f"--env: no profile {env!r}: there is no {display_path(conf_dir)} directory (the profiles); "
+            f"create {display_path(path)} with vars, pulsar and spark (docs/jobs.md: Profiles and merge "
+            "order), run from the project's directory or set PIPELINES_PROJECT_DIR, or give --conf-dir"
+        )
     if not path.exists():
         found = sorted(p.stem for p in conf_dir.glob("*.yaml"))
         listed = ", ".join(found) if found else "none"
@@ -754,11 +769,17 @@ def load_job(
     job._secrets = frozenset(s for s in secrets if len(s) >= 4)
     remember(job._secrets)  # whatever prints an error later masks them too
     job._via = {format_path(k): v for k, v in interp.via.items()}
-    if check_imports and job.transform is not None and job.transform.python is not None:
-        try:
-            locate_function(job.transform.python, (root,))
-        except ValueError as exc:
-            raise JobError(_scrub([doc.line(("transform", "python"), str(exc))], secrets)) from None
+    found: list[str] = []
+    for n, (_, step) in enumerate(job.transform_steps()):
+        at: Loc = ("transform",) if isinstance(job.transform, Transform) else ("transform", n)
+        if check_imports and step.python is not None:
+            try:
+                locate_function(step.python, (root,))
+            except ValueError as exc:
+                found.append(doc.line((*at, "python"), str(exc)))
+        found += [doc.line((*at, "sql", i), problem) for i, problem in sql_problems(step.sql or [])]
+    if found:
+        raise JobError(_scrub(found, secrets))
     return job
 
 

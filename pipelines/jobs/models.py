@@ -34,9 +34,11 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
     SecretStr,
+    Tag,
     model_serializer,
     model_validator,
 )
@@ -284,7 +286,11 @@ class Source(Section):
 
 
 class Transform(Section):
-    """``transform:`` — SQL statements over the view ``source``, or one Python function."""
+    """One transform step: SQL statements over the view ``source``, or one Python function.
+
+    ``transform:`` is one step (a mapping) or a list of steps applied in order, SQL and Python
+    mixed; each step reads the previous step's result (:meth:`Job.transform_steps`).
+    """
 
     sql: Annotated[list[Text], BeforeValidator(_one_or_list), Field(min_length=1)] | None = None
     python: Annotated[str, AfterValidator(_check_py_spec)] | None = None
@@ -293,6 +299,18 @@ class Transform(Section):
     def _check(self) -> Transform:
         _exactly_one(self, ("sql", "python"))
         return self
+
+
+#: the tags of ``transform``'s two forms; pydantic puts them in an error's location, the job
+#: loader leaves them out (``transform.sql[1]``, ``transform[2].python``)
+ONE_STEP, STEPS = "<one step>", "<steps>"
+UNION_TAGS = frozenset({ONE_STEP, STEPS})
+
+#: ``transform:`` — one step (a mapping) or a list of steps
+Transforms = Annotated[
+    Annotated[Transform, Tag(ONE_STEP)] | Annotated[list[Transform], Field(min_length=1), Tag(STEPS)],
+    Discriminator(lambda v: STEPS if isinstance(v, list) else ONE_STEP),
+]
 
 
 def import_function(spec: str, roots: tuple[Path, ...] = ()) -> Callable[..., Any]:
@@ -492,7 +510,7 @@ class Job(Section):
     vars: dict[str, Any] = Field(default_factory=dict)
     pulsar: PulsarDefaults | None = None
     source: Source
-    transform: Transform | None = None
+    transform: Transforms | None = None
     sink: Sink
     trigger: Trigger = Field(default_factory=_available_now)
     checkpoint: Text | None = None
@@ -661,14 +679,28 @@ class Job(Section):
             opts["producerNamePrefix"] = snk.producer_name_prefix or self.name
         return opts
 
-    def transform_function(self) -> Callable[..., Any] | None:
-        """The ``transform.python`` function (None without one); the project root goes on sys.path.
+    def transform_steps(self) -> list[tuple[str, Transform]]:
+        """The transform steps in the order they apply, each with its key path: ``transform``
+        for the one-step form, ``transform[i]`` for the steps of a list."""
+        if self.transform is None:
+            return []
+        if isinstance(self.transform, Transform):
+            return [("transform", self.transform)]
+        return [(f"transform[{i}]", step) for i, step in enumerate(self.transform)]
 
-        Raises JobError naming ``transform.python`` when it cannot be imported.
+    def step_function(self, key: str, step: Transform) -> Callable[..., Any]:
+        """The ``python`` function of ``step`` (at ``key``); the project root goes on sys.path.
+
+        Raises JobError naming ``<key>.python`` when it cannot be imported.
         """
-        if self.transform is None or self.transform.python is None:
-            return None
+        assert step.python is not None
         try:
-            return import_function(self.transform.python, (self._root,))
+            return import_function(step.python, (self._root,))
         except ValueError as exc:
-            raise self.error("transform.python", str(exc)) from None
+            raise self.error(f"{key}.python", str(exc)) from None
+
+    def transform_function(self) -> Callable[..., Any] | None:
+        """The first ``python`` step's function (None without one); see :meth:`step_function`."""
+        return next(
+            (self.step_function(k, s) for k, s in self.transform_steps() if s.python is not None), None
+        )

@@ -66,7 +66,15 @@ from pipelines.state.delta import DELTA_SPARK_CLASSES
 from pipelines.state.exactly_once import batch_offsets
 from pipelines.state.offsets import OffsetStore
 from pipelines.state.positions import Offsets, Position
-from pulsarwire import AuthenticationError, AuthorizationError, PulsarWireError, RemoteProtocolError
+from pulsarwire import (
+    AuthenticationError,
+    AuthorizationError,
+    LocalCredentialsError,
+    NotPulsarError,
+    NotTlsError,
+    PulsarWireError,
+    RemoteProtocolError,
+)
 
 __all__ = ["PROBE_SECONDS", "check", "connect_failure", "plan_lines", "probe", "unwritable"]
 
@@ -187,13 +195,17 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 def connect_failure(exc: BaseException, timeout: float = PROBE_SECONDS) -> str:
     """A short cause for a failed connection: connection refused, name not resolved, ..."""
     for e in _chain(exc):
+        if isinstance(e, NotTlsError | NotPulsarError):
+            return e.reason
+        if isinstance(e, LocalCredentialsError):  # made on this side: the broker was not asked
+            return e.server_message or str(e)
         if isinstance(e, socket.gaierror):
             if e.errno in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None)):
                 return "name not resolved (no such host)"
             return f"name resolution failed ({e.strerror or e})"
         if isinstance(e, ConnectionRefusedError):
             return "connection refused (nothing listens there: is the broker running?)"
-        if isinstance(e, RemoteProtocolError) or "does not speak the Pulsar protocol" in str(e):
+        if isinstance(e, RemoteProtocolError):
             return (
                 "this port does not speak the Pulsar protocol (an HTTP or admin port? "
                 "Pulsar's binary protocol listens on 6650, 6651 with TLS)"

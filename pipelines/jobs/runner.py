@@ -65,6 +65,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -139,12 +140,25 @@ def spark_log_level() -> str:
     return "WARN" if level <= logging.DEBUG else "ERROR" if level <= logging.INFO else "OFF"
 
 
+#: pyspark's own Python loggers that print every failed query's message, plan and stack as JSON
+#: on stderr (PySparkLogger, which does not propagate): kilobytes per AnalysisException
+PYSPARK_QUERY_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+def quiet_pyspark_loggers(quiet: bool) -> None:
+    """Switch pyspark's query-context loggers off (``quiet``: the command is not verbose and
+    reports a failed statement itself in one line) or on again (-v)."""
+    for name in PYSPARK_QUERY_LOGGERS:
+        PySparkLogger.getLogger(name).disabled = quiet
+
+
 def session(job: Job) -> tuple[Any, bool]:
     """The SparkSession for ``job`` and whether this call created it (then the runner stops it)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
     level = spark_log_level()
+    quiet_pyspark_loggers(level == "OFF")
     conf = dict(job.spark.conf)
     java = conf.get("spark.driver.extraJavaOptions", "")
     if level == "OFF" and "log4j2.configurationFile" not in java:
@@ -221,20 +235,25 @@ def say_engine(job: Job, spark: Any) -> None:
 
 
 def transform(job: Job, spark: Any, df: Any) -> Any:
-    """Apply ``transform``: SQL statements over the view ``source`` in turn, or a Python function."""
-    if job.transform is None:
-        return df
-    if job.transform.sql:
-        for i, statement in enumerate(job.transform.sql):
+    """Apply the ``transform`` steps in order: SQL statements over the view ``source`` in turn,
+    a Python function; each step reads the previous one's result."""
+    for key, step in job.transform_steps():
+        if step.python is not None:
+            df = job.step_function(key, step)(df)
+            continue
+        for i, statement in enumerate(step.sql or []):
             df.createOrReplaceTempView("source")
             try:
                 df = spark.sql(statement)
             except Exception as exc:
-                raise job.error(f"transform.sql[{i}]", str(exc).splitlines()[0]) from exc
-        return df
-    fn = job.transform_function()
-    assert fn is not None
-    return fn(df)
+                raise job.error(f"{key}.sql[{i}]", analysis_error(exc)) from exc
+    return df
+
+
+def analysis_error(exc: BaseException) -> str:
+    """Spark's error about a statement in one line: its message without the JSON and plan it may
+    carry (an AnalysisException's text can run to kilobytes)."""
+    return short_error(exc, limit=300).rstrip(";")
 
 
 def checkpoint_exists(checkpoint: str, spark: Any = None) -> bool:

@@ -26,6 +26,7 @@ from pydantic import BeforeValidator, SecretStr, ValidationInfo, model_validator
 from pipelines.errors import OptionError
 from pipelines.options.auth import AuthSpec, parse_auth
 from pipelines.options.grammar import show
+from pipelines.options.migration import java_client_hint
 from pipelines.options.model import (
     Flag,
     OptionsModel,
@@ -105,7 +106,8 @@ class ClientFields(OptionsModel):
     @classmethod
     def unknown(cls, key: str) -> OptionError:
         known = ", ".join(CLIENT_PREFIX + a for a in cls.spark_names().values())
-        return OptionError(key, f"unknown client option (known: {known})")
+        java = java_client_hint(key.rsplit(".", 1)[-1])  # StreamNative's connector passes them on
+        return OptionError(key, f"{java or 'unknown client option'} (known: {known})")
 
 
 class ClientOptions(ClientFields):

@@ -142,6 +142,11 @@ def position_spec(value: object) -> Spec:
             return Position.parse(value)
         except OptionError:
             pass
+    if isinstance(value, list) and value and all(isinstance(b, int) for b in value):
+        raise GrammarError(
+            "a serialized message id (StreamNative's connector's form) is not taken here: write "
+            "'ledger:entry:batch' (the id's str()); reading starts after it"
+        )
     raise GrammarError(f"{_POSITION_HELP}, got {show(value)}")
 
 

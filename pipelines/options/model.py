@@ -13,7 +13,9 @@ nested model whose alias ends with ``.`` (``pulsar.client.``) holds the options 
 that prefix.
 
 :meth:`OptionsModel.from_spark` reads a Spark option map (names matched case-insensitively,
-as Spark does; an unknown name is refused with a "did you mean" hint) and turns the first
+as Spark does; another connector's name is taken, ignored or refused as
+:mod:`pipelines.options.migration` says; any other unknown name is refused with a "did you
+mean" hint) and turns the first
 problem into an :class:`~pipelines.errors.OptionError` naming the option;
 :meth:`OptionsModel.spark_options` writes the options a model was given back as Spark's
 strings. Validators that word a message by field use :func:`label`, which gives the Spark
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, ClassVar, Self, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -48,6 +50,7 @@ from pipelines.options.grammar import (
     show,
     time_ms,
 )
+from pipelines.options.migration import resolve
 from pipelines.suggest import did_you_mean
 
 T = TypeVar("T")
@@ -217,6 +220,8 @@ class OptionsModel(BaseModel):
     UNKNOWN: ClassVar[str] = "unknown option for format('pulsarwire')"
     #: Spark options (lower case) that Spark itself adds and the model ignores
     IGNORED: ClassVar[frozenset[str]] = frozenset()
+    #: the side whose other connectors' names :mod:`pipelines.options.migration` knows ("": none)
+    SIDE: ClassVar[Literal["source", "sink", ""]] = ""
 
     @classmethod
     def spark_names(cls) -> dict[str, str]:
@@ -272,7 +277,19 @@ class OptionsModel(BaseModel):
                 f = cls.model_fields[name]
                 data[f.validation_alias if isinstance(f.validation_alias, str) else name] = value
             elif low not in cls.IGNORED:
-                raise cls.unknown(prefix + key)
+                use, what, label = (
+                    resolve(key, cls.SIDE, frozenset(plain)) if cls.SIDE else ("refuse", "", key)
+                )
+                if use == "rename":  # another connector's name for one of ours
+                    if any(k.lower() == what.lower() for k in options):
+                        raise OptionError(
+                            prefix + label, f"give {label} or {what}, not both (the same option)"
+                        )
+                    name = plain[what.lower()]
+                    f = cls.model_fields[name]
+                    data[f.validation_alias if isinstance(f.validation_alias, str) else name] = value
+                elif use == "refuse":
+                    raise OptionError(prefix + label, what) if what else cls.unknown(prefix + key)
         for name, sub in nested.items():
             model = cls._nested(name)
             assert model is not None

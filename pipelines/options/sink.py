@@ -64,6 +64,7 @@ class SinkFields(OptionsModel):
     """The sink options a job file and Spark share (see the module docstring)."""
 
     UNKNOWN = "unknown sink option"
+    SIDE = "sink"
 
     service_url: ServiceUrl = option(
         spark="service.url",

@@ -50,6 +50,8 @@ SchemaMode = Annotated[Literal["raw", "auto"], choice("raw", "auto")]
 class SourceFields(OptionsModel):
     """The source options a job file and Spark share (see the module docstring)."""
 
+    SIDE = "source"
+
     service_url: ServiceUrl = option(
         spark="service.url",
         doc="`pulsar://` or `pulsar+ssl://`, several hosts comma-separated",

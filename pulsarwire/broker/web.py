@@ -10,8 +10,10 @@ How it works: a plain asyncio server on the broker's own event loop (no thread t
 state) reads HTTP/1.1 requests with bounded sizes and deadlines -- the request head at most
 :data:`MAX_HEAD_BYTES` (else 431) within ``connect_timeout`` seconds (else 408 and close: a
 slowloris cannot hold the connection), a body only with ``Content-Length`` (chunked bodies: 411)
-of at most ``max_message_size`` bytes (else 413), read within the same deadline; connections
-idle for ``keepalive_seconds`` between requests are closed. :data:`ROUTES` is the routing table
+of at most ``max_message_size`` bytes (else 413), read within the same deadline; a first byte
+that cannot start a request line (a Pulsar frame, a TLS hello) is answered 400 at once, as
+Jetty does, so that such a client learns what it reached; connections idle for
+``keepalive_seconds`` between requests are closed. :data:`ROUTES` is the routing table
 (method, path template, handler name); a path no template matches is 404, a path matched for
 another method is 405 with ``Allow``. Errors are Pulsar's ``{"reason": "..."}``.
 
@@ -350,6 +352,8 @@ class WebService:
             raise _Close() from None
         if not first:
             raise _Close()
+        if not first.isalpha():  # a request line starts with its method: another protocol's bytes
+            raise HttpError(400, "Bad Request: not an HTTP request")
         loop = asyncio.get_running_loop()
         ends = loop.time() + deadline
         try:

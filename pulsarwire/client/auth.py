@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
-from pulsarwire.errors import AuthenticationError
+from pulsarwire.errors import AuthenticationError, TokenFileError
 
 TOKEN_PREFIX = "token:"
 FILE_PREFIX = "file:"
@@ -147,18 +147,21 @@ class AuthenticationToken:
 
     @staticmethod
     def _read_file(path: Path) -> str:
+        where = str(path)
         try:
             raw = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise TokenFileError(f"cannot read the token file {where}: file not found", path=where) from exc
         except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            raise AuthenticationError(f"cannot read token file {str(path)!r}: {reason}") from exc
+            reason = (exc.strerror or type(exc).__name__).lower()
+            raise TokenFileError(f"cannot read the token file {where}: {reason}", path=where) from exc
         try:
             value = raw.decode("utf-8").strip()
         except UnicodeDecodeError:
             # from None: the decode error would quote bytes of the token
-            raise AuthenticationError(f"token file {str(path)!r} is not UTF-8") from None
+            raise TokenFileError(f"the token file {where} is not UTF-8", path=where) from None
         if not value:
-            raise AuthenticationError(f"token file {str(path)!r} is empty")
+            raise TokenFileError(f"the token file {where} is empty", path=where)
         return value
 
     def auth_data(self) -> bytes:

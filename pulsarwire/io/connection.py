@@ -15,7 +15,13 @@ import logging
 import time
 from typing import Any, Protocol
 
-from pulsarwire.errors import ConnectError, ConnectionClosedError, OperationTimeoutError, PulsarWireError
+from pulsarwire.errors import (
+    ConnectError,
+    ConnectionClosedError,
+    NotPulsarError,
+    OperationTimeoutError,
+    PulsarWireError,
+)
 from pulsarwire.proto import pb
 from pulsarwire.protocol.connection import (
     ActiveConsumerChange,
@@ -52,6 +58,26 @@ async def credentials(auth: Any, *, refresh: bool = False) -> bytes:
     return data
 
 
+def other_protocol(first: bytes) -> tuple[str, str] | None:
+    """(protocol, reason) when the first bytes a server sent before CONNECTED are another
+    protocol's that can be told (an HTTP status line, a TLS record), else None.
+
+    A Pulsar frame starts with its size, a big-endian int far below four printable characters
+    read as one (``HTTP`` is 1.2 GB), and a TLS record starts with its content type (21 alert,
+    22 handshake) and major version 3.
+    """
+    if first.startswith((b"HTTP/", b"<")):  # a status line, or an HTTP/0.9 answer: an HTML page
+        return "HTTP", (
+            "the server answered HTTP, not the Pulsar protocol (a web or admin port such as 8080? "
+            "Pulsar's binary protocol listens on 6650, 6651 with TLS)"
+        )
+    if len(first) >= 2 and first[0] in (21, 22) and first[1] == 3:
+        return "TLS", "the server answered TLS: this is a TLS port, use pulsar+ssl://"
+    if len(first) >= 4 and all(32 <= b < 127 for b in first[:4]):  # as a frame size: over 500 MB
+        return "text", "the server answered with text, not the Pulsar protocol (another service's port?)"
+    return None
+
+
 class Handler(Protocol):
     """A producer or consumer attached to a connection."""
 
@@ -76,6 +102,7 @@ class Connection(asyncio.Protocol):
         self.watchers: dict[int, Handler] = {}
         self._keepalive: asyncio.TimerHandle | None = None
         self.close_error: Exception | None = None
+        self._received = False  # any byte from the server yet
 
     @property
     def is_closed(self) -> bool:
@@ -93,10 +120,22 @@ class Connection(asyncio.Protocol):
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:
+        if not self._received and (other := other_protocol(data)) is not None:
+            self.abort(NotPulsarError(self.url, other[1], other[0]))
+            return
+        self._received = True
         self.proto.receive_data(data, time.monotonic())
         self._drain()
 
     def eof_received(self) -> bool | None:
+        if not self._received:  # closed without a byte of answer to CONNECT
+            self.abort(
+                ConnectError(
+                    f"cannot connect to {self.url}: the server closed the connection without answering "
+                    "the Pulsar handshake (a TLS port? then use pulsar+ssl://)"
+                )
+            )
+            return None
         self.proto.receive_data(b"", time.monotonic())
         self._drain()
         return None
@@ -258,7 +297,8 @@ class Connection(asyncio.Protocol):
         sees ``error`` (requests fail, handlers reconnect)."""
         if self.is_closed:
             return
-        log.error("%s: %s; closing the connection", self.url, error)
+        if self.ready.done():  # before CONNECTED the error goes to whoever opens the connection
+            log.error("%s: %s; closing the connection", self.url, error)
         self.close_error = error
         self._finish(error)
         if self.transport is not None:

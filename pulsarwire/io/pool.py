@@ -7,7 +7,10 @@ and checks the broker's host name unless ``tls_validate_hostname`` is False.
 A failed open is a ConnectError; it is not retriable (``retriable=False``) when
 trying again cannot help: a certificate that does not verify, a host name that
 does not exist (NXDOMAIN), a port that answers CONNECT with something that is
-not Pulsar (an HTTP server, say).
+not Pulsar (:class:`~pulsarwire.errors.NotPulsarError`: an HTTP server, say; told from the
+first bytes by :func:`pulsarwire.io.connection.other_protocol`), a ``pulsar+ssl://`` URL
+whose server does not answer TLS (:class:`~pulsarwire.errors.NotTlsError`: it closes during
+the handshake or sends bytes that are not TLS: a plaintext port).
 """
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from pulsarwire.errors import ConnectError, InvalidBrokerUrlError, PulsarWireError, RemoteProtocolError
+from pulsarwire.errors import (
+    ConnectError,
+    InvalidBrokerUrlError,
+    NotPulsarError,
+    NotTlsError,
+    PulsarWireError,
+    RemoteProtocolError,
+)
 from pulsarwire.protocol.connection import ClientProtocol
 
 from .connection import Connection, credentials
@@ -65,6 +75,23 @@ def parse_broker_url(url: str) -> tuple[bool, str, int]:
     if parts.path.strip("/") or parts.query or parts.fragment or "," in parts.netloc:
         raise InvalidBrokerUrlError(f"a broker URL is pulsar[+ssl]://host:port, got {url!r}")
     return tls, parts.hostname, port or (6651 if tls else 6650)
+
+
+#: OpenSSL's reasons for a handshake answered with bytes that are not TLS
+_NOT_TLS_REASONS = {"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"}
+
+
+def not_tls(exc: BaseException) -> str | None:
+    """Why a TLS handshake that failed with ``exc`` shows the server does not speak TLS (None
+    when it does not show that): it closed the connection instead of answering the client's
+    hello (a plaintext Pulsar broker drops a frame it cannot read), or answered with bytes that
+    are not a TLS record."""
+    hint = "is it a plaintext port? pulsar+ssl:// needs the broker's TLS port (6651 by default)"
+    if isinstance(exc, ConnectionResetError | ssl.SSLEOFError | ssl.SSLZeroReturnError):
+        return f"the server did not answer TLS (it closed the connection during the handshake: {hint})"
+    if isinstance(exc, ssl.SSLError) and exc.reason in _NOT_TLS_REASONS:
+        return f"the server did not answer TLS (it sent bytes that are not TLS: {hint})"
+    return None
 
 
 class ConnectionPool:
@@ -136,10 +163,7 @@ class ConnectionPool:
             )
             await asyncio.wait_for(asyncio.shield(conn.ready), self.connect_timeout)
         except RemoteProtocolError as exc:  # the answer to CONNECT is not Pulsar: another service
-            raise ConnectError(
-                f"cannot connect to {url}: the port does not speak the Pulsar protocol ({exc})",
-                retriable=False,
-            ) from exc
+            raise NotPulsarError(url, f"the port does not speak the Pulsar protocol ({exc})") from exc
         except PulsarWireError:
             raise
         except socket.gaierror as exc:  # a name that does not exist stays so; a DNS hiccup may pass
@@ -148,7 +172,11 @@ class ConnectionPool:
             ) from exc
         except ssl.SSLCertVerificationError as exc:
             raise ConnectError(f"cannot connect to {url}: {exc}", retriable=False) from exc
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
+        except (ConnectionResetError, ssl.SSLError) as exc:
+            if tls and (reason := not_tls(exc)) is not None:
+                raise NotTlsError(url, reason) from exc
+            raise ConnectError(f"cannot connect to {url}: {exc or type(exc).__name__}") from exc
+        except (OSError, TimeoutError) as exc:
             raise ConnectError(f"cannot connect to {url}: {exc}") from exc
         return conn
 

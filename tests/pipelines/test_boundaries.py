@@ -31,6 +31,10 @@ _PER_QUERY = "imported by the driver process Spark starts for each streaming que
 NESTED_IMPORTS = {
     ("__init__.py", "pipelines.spark.datasource"): "register() loads pyspark; `import pipelines` does not",
     ("jobs/cli.py", "pipelines.jobs"): "the runner (pyspark) only for commands that run Spark",
+    ("command.py", "pipelines.jobs.cli"): "a missing extra (pydantic, pyyaml) becomes one line, not a trace",
+    ("extras.py", "pyspark"): "its version is read only when a command runs Spark or registers the source",
+    ("jobs/sql.py", "sqlglot"): "the SQL parser (67 ms to import) only for jobs with SQL transforms",
+    ("jobs/sql.py", "sqlglot.errors"): "the SQL parser only for jobs with SQL transforms",
     ("state/delta.py", "delta.tables"): _NO_PYSPARK,
     ("state/offsets.py", "delta.tables"): _NO_PYSPARK,
     ("state/offsets.py", "pyspark.sql"): _NO_PYSPARK,

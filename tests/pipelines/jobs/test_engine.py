@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 
 from pulsarwire.broker import Broker
-from tests.pipelines.jobs.test_failures import (
+from tests.helpers.cli import no_trace, pipelines
+from tests.helpers.orders_job import (
     INGEST,
     in_process,
-    no_trace,
     order_ids,
-    pipelines,
     send_orders,
 )
 

@@ -18,10 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -30,64 +26,9 @@ from deltalake import DeltaTable
 
 from jobs.demo import produce
 from pipelines.jobs import runner
-from pipelines.jobs.cli import main as cli
 from pulsarwire.broker import Broker
-
-ROOT = Path(__file__).resolve().parents[3]
-INGEST = "jobs/orders_ingest.yaml"
-ORDERS = "persistent://public/default/orders"
-
-
-# -- running the command -----------------------------------------------------------------------
-@dataclass
-class Ran:
-    code: int
-    out: str
-    err: str
-    seconds: float
-
-    @property
-    def err_lines(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.strip()]
-
-    @property
-    def out_lines(self) -> list[str]:
-        return [line for line in self.out.splitlines() if line.strip()]
-
-
-def command_env(**extra: str) -> dict[str, str]:
-    """The environment of a user's shell: the project importable, Spark's workers on this Python."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPELINES_", "PULSAR_"))}
-    env.update(PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    env.update(extra)
-    return env
-
-
-def pipelines(*args: str, timeout: float = 180, **env: str) -> Ran:
-    """``python -m pipelines ARGS`` as its own process, from the project root."""
-    t = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipelines", *args],
-        cwd=ROOT,
-        env=command_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return Ran(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t)
-
-
-def in_process(*args: str) -> Ran:
-    """``pipelines ARGS`` in this process (joins the suite's SparkSession)."""
-    out, err = StringIO(), StringIO()
-    t = time.monotonic()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = cli(list(args))
-    return Ran(code, out.getvalue(), err.getvalue(), time.monotonic() - t)
-
-
-def no_trace(text: str) -> bool:
-    return not any(word in text for word in ("Traceback", "Exception", "\tat ", "StackOverflow"))
+from tests.helpers.cli import ROOT, command_env, no_trace, pipelines
+from tests.helpers.orders_job import INGEST, ORDERS, in_process, order_ids, send_orders
 
 
 @pytest.fixture
@@ -105,50 +46,13 @@ def broker(pulsar_broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Broker:
     return pulsar_broker
 
 
-def send_orders(service_url: str, first: int, count: int) -> None:
-    """Orders ``first ..`` one per entry (no batching): a topic with that many entries."""
-    import json
-
-    from jobs.demo import order
-    from pulsarwire.client.blocking import Client
-
-    client = Client(service_url)
-    try:
-        producer = client.create_producer("orders", batching_enabled=False, block_if_queue_full=True)
-        for i in range(first, first + count):
-            producer.send_async(json.dumps(order(i)).encode(), None)
-        producer.flush()
-    finally:
-        client.close()
-
-
-def order_ids(data: Path) -> list[int]:
-    table = DeltaTable(str(data / "tables" / "orders_raw")).to_pyarrow_table()
-    return sorted(table.column("order_id").to_pylist())
-
-
 # -- the service URL: a preflight before Spark starts ------------------------------------------
-@pytest.fixture
-def http_port() -> Iterator[int]:
-    """A local HTTP server: a port that speaks another protocol."""
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    class Quiet(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_port
-    server.shutdown()
-
-
 @pytest.mark.parametrize(
     ("url", "cause"),
     [
         ("pulsar://127.0.0.1:1", "connection refused"),
         ("pulsar://no-such-broker.invalid:6650", "name not resolved"),
-        ("HTTP", "this port does not speak the Pulsar protocol"),
+        ("HTTP", "the server answered HTTP, not the Pulsar protocol"),
     ],
     ids=["broker-down", "wrong-host", "http-port"],
 )

@@ -23,12 +23,12 @@ import pytest
 
 from pipelines.state.offsets import OffsetStore
 from pulsarwire.broker import Broker
-from tests.pipelines.jobs.test_failures import (
+from tests.helpers.cli import pipelines
+from tests.helpers.orders_job import (
     INGEST,
     ORDERS,
     in_process,
     order_ids,
-    pipelines,
     send_orders,
 )
 

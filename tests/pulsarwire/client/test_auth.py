@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pulsarwire.client.auth import Authentication, AuthenticationNone, AuthenticationToken
-from pulsarwire.errors import AuthenticationError
+from pulsarwire.errors import AuthenticationError, TokenFileError
 
 SECRET = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ0ZXN0In0.c2VjcmV0LXNpZw"
 
@@ -88,7 +88,8 @@ def test_missing_file_error_names_the_file_but_not_a_secret(tmp_path: Path) -> N
         auth.auth_data()
     message = str(info.value)
     assert "missing.txt" in message
-    assert "cannot read token file" in message
+    assert "cannot read the token file" in message and "file not found" in message
+    assert isinstance(info.value, TokenFileError) and info.value.path == str(f)
 
 
 def test_file_deleted_later_raises(tmp_path: Path) -> None:

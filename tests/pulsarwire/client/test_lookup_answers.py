@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trustme
 
 from pulsarwire.client.blocking import Client
 from pulsarwire.client.core import parse_service_url
@@ -70,16 +69,6 @@ def listener() -> Iterator[Listener]:
     lst = Listener()
     yield lst
     lst.close()
-
-
-@pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("tls")
-    ca = trustme.CA()
-    files = {"ca": d / "ca.pem", "cert": d / "cert.pem"}
-    ca.cert_pem.write_to_path(str(files["ca"]))
-    ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(files["cert"]))
-    return files
 
 
 @pytest.fixture
