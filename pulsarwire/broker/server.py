@@ -27,12 +27,14 @@ from pulsarwire.errors import StorageError
 
 from .config import INTERNAL_LISTENER, BrokerConfig, Listener
 from .connection import ServerConnection, understands_end_of_topic
+from .faults import Faults
 from .net import BrokerStartError, ListenError, advertised_host, listen, url_host
-from .policies import Policies
-from .schemas import Compatibility
-from .service import BrokerError, BrokerService
+from .policies import Namespaces, Policies
+from .schemas import Compatibility, SchemaRegistry
+from .service import BrokerError, BrokerService, Connection
 from .storage import check_data_dir
 from .topic import Topic
+from .watch import TopicWatchers
 from .web import WebService
 
 __all__ = [
@@ -70,11 +72,11 @@ class Broker:
 
     topics: _Shared[dict[str, Topic]] = _Shared()
     partitioned: _Shared[dict[str, int]] = _Shared()
-    namespaces: _Shared[Any] = _Shared()
-    schemas: _Shared[Any] = _Shared()
-    connections: _Shared[set[Any]] = _Shared()
-    faults: _Shared[Any] = _Shared()
-    watchers: _Shared[Any] = _Shared()
+    namespaces: _Shared[Namespaces] = _Shared()
+    schemas: _Shared[SchemaRegistry] = _Shared()
+    connections: _Shared[set[Connection]] = _Shared()
+    faults: _Shared[Faults] = _Shared()
+    watchers: _Shared[TopicWatchers] = _Shared()
     #: set by Cluster: who owns which topic
     cluster: _Shared[Any] = _Shared()
     name: _Shared[str] = _Shared()

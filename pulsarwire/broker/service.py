@@ -112,6 +112,8 @@ class Connection(Protocol):
 
     def abort(self) -> None: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Lookup:
