@@ -14,6 +14,8 @@ HTTP (urllib) against the same broker on 127.0.0.1, and checks both answers:
 * partitioned metadata and lookup by a role without a grant: AuthorizationError / 403;
 * lookup of a topic not created yet: the same broker URL on both paths (Pulsar's binary lookup
   does not ask whether the topic exists);
+* a lookup naming a listener the broker does not advertise: ServiceNotReady / 503 (the web
+  service answered 500 with a traceback in the log before);
 * a partition of a partitioned topic exists for both paths with auto-creation off (Pulsar
   creates the partitions with the partitioned topic): a producer may attach to it and its stats
   are served; a partition index past the count exists for neither. (The binary path refused the
@@ -71,11 +73,13 @@ def binary_partitions(conn: RawConnection, topic: str, *, create: bool = True) -
     return -1, int(r.partitions)
 
 
-def binary_lookup(conn: RawConnection, topic: str) -> tuple[int, str]:
+def binary_lookup(conn: RawConnection, topic: str, listener: str | None = None) -> tuple[int, str]:
     """(error code or -1, brokerServiceUrl) of LOOKUP."""
     cmd, req = new_command(T.LOOKUP)
     req.topic = topic
     req.request_id = 2
+    if listener is not None:
+        req.advertised_listener_name = listener
     r = answer(conn, cmd, T.LOOKUP_RESPONSE).command.lookupTopicResponse
     if r.response == pb.CommandLookupTopicResponse.Failed:
         return int(r.error), ""
@@ -173,6 +177,21 @@ def test_a_lookup_of_a_topic_not_created_yet_names_the_same_broker_on_both(both:
         status, body = http_lookup(base, topic)
         assert (code, status) == (-1, 200)
         assert url == body["brokerUrl"] == both.service_url
+    finally:
+        conn.close()
+
+
+def test_a_lookup_for_a_listener_not_advertised_is_refused_on_both(both: Broker) -> None:
+    base = both.http_url
+    assert base is not None
+    topic = unique("listened")
+    conn = RawConnection.to(both.service_url)
+    try:
+        assert binary_lookup(conn, topic, listener="nope")[0] == E.ServiceNotReady
+        status, body = http(
+            base, "GET", "/lookup/v2/topic/" + topic.replace("://", "/", 1) + "?listenerName=nope"
+        )
+        assert status == 503 and "nope" in body["reason"]
     finally:
         conn.close()
 
