@@ -96,20 +96,22 @@ if TYPE_CHECKING:
     )
     from pulsarwire.client.blocking import (
         Client,
-        CompressionType,
         Consumer,
-        ConsumerDeadLetterPolicy,
-        ConsumerKeySharedPolicy,
-        ConsumerType,
         DeadLetterPolicy,
-        InitialPosition,
         KeySharedPolicy,
-        PartitionsRoutingMode,
         Producer,
         Reader,
     )
     from pulsarwire.client.bulk import (
         CORRUPT_REASON,
+    )
+    from pulsarwire.client.enums import (
+        CompressionType,
+        ConsumerDeadLetterPolicy,
+        ConsumerKeySharedPolicy,
+        ConsumerType,
+        InitialPosition,
+        PartitionsRoutingMode,
     )
     from pulsarwire.client.message import (
         Message,
@@ -135,15 +137,15 @@ if TYPE_CHECKING:
 #: exported name -> the module that defines it, imported on first access
 _LAZY = {
     "Client": "pulsarwire.client.blocking",
-    "CompressionType": "pulsarwire.client.blocking",
+    "CompressionType": "pulsarwire.client.enums",
     "Consumer": "pulsarwire.client.blocking",
-    "ConsumerDeadLetterPolicy": "pulsarwire.client.blocking",
-    "ConsumerKeySharedPolicy": "pulsarwire.client.blocking",
-    "ConsumerType": "pulsarwire.client.blocking",
+    "ConsumerDeadLetterPolicy": "pulsarwire.client.enums",
+    "ConsumerKeySharedPolicy": "pulsarwire.client.enums",
+    "ConsumerType": "pulsarwire.client.enums",
     "DeadLetterPolicy": "pulsarwire.client.blocking",
-    "InitialPosition": "pulsarwire.client.blocking",
+    "InitialPosition": "pulsarwire.client.enums",
     "KeySharedPolicy": "pulsarwire.client.blocking",
-    "PartitionsRoutingMode": "pulsarwire.client.blocking",
+    "PartitionsRoutingMode": "pulsarwire.client.enums",
     "Producer": "pulsarwire.client.blocking",
     "Reader": "pulsarwire.client.blocking",
     "Message": "pulsarwire.client.message",

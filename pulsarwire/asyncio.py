@@ -25,20 +25,18 @@ from typing import Any, TypeVar
 
 from pulsarwire.client import blocking as _blocking
 from pulsarwire.client.auth import Authentication
-from pulsarwire.client.blocking import (
-    CompressionType,
-    ConsumerType,
-    InitialPosition,
-    _client_options,
-    _producer_options,
-    _reader_options,
-    _send_args,
-    _subscribe_options,
-)
 from pulsarwire.client.consumer_config import DeadLetterPolicy, KeySharedPolicy
 from pulsarwire.client.core import AsyncClient
+from pulsarwire.client.enums import CompressionType, ConsumerType, InitialPosition
 from pulsarwire.client.message import Message
 from pulsarwire.client.multi_topic import Consumer as _CoreConsumer
+from pulsarwire.client.options import (
+    client_options,
+    producer_options,
+    reader_options,
+    send_args,
+    subscribe_options,
+)
 from pulsarwire.client.producer import Producer as _CoreProducer
 from pulsarwire.client.producer import SendArrowResult
 from pulsarwire.client.retry import RetryPolicy
@@ -117,7 +115,7 @@ class Producer(_AsyncCloseable):
         deliver_at: int | None = None,
         deliver_after: timedelta | None = None,
     ) -> MessageId:
-        kw = _send_args(
+        kw = send_args(
             properties, partition_key, ordering_key, sequence_id, event_timestamp, deliver_at, deliver_after
         )
         return await self._core.send(content, **kw)
@@ -303,7 +301,7 @@ class Client(_AsyncCloseable):
         connection_timeout_seconds: float | None = None,
         retry_policy: RetryPolicy | None = None,
     ) -> None:
-        self._core = AsyncClient(service_url, **_client_options(locals()))
+        self._core = AsyncClient(service_url, **client_options(locals()))
 
     @_doc(_blocking.Client.create_producer)
     async def create_producer(
@@ -326,7 +324,7 @@ class Client(_AsyncCloseable):
         message_router: Callable[[str | None, int], int] | None = None,
         hashing_scheme: HashingScheme = HashingScheme.JavaStringHash,
     ) -> Producer:
-        core = await self._core.create_producer(topic, **_producer_options(locals()))
+        core = await self._core.create_producer(topic, **producer_options(locals()))
         return Producer(core)
 
     @_doc(_blocking.Client.subscribe)
@@ -356,7 +354,7 @@ class Client(_AsyncCloseable):
         max_message_size: int | None = None,
         force_topic_creation: bool = True,
     ) -> Consumer:
-        core = await self._core.subscribe(topic, subscription_name, **_subscribe_options(locals()))
+        core = await self._core.subscribe(topic, subscription_name, **subscribe_options(locals()))
         return Consumer(core)
 
     @_doc(_blocking.Client.create_reader)
@@ -371,7 +369,7 @@ class Client(_AsyncCloseable):
         is_read_compacted: bool = False,
         start_message_id_inclusive: bool = False,
     ) -> Reader:
-        core = await self._core.create_reader(topic, start_message_id, **_reader_options(locals()))
+        core = await self._core.create_reader(topic, start_message_id, **reader_options(locals()))
         return Reader(core)
 
     @_doc(_blocking.Client.get_topic_partitions)

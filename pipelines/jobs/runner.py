@@ -448,7 +448,7 @@ def run_job(job: Job, again: Offsets | None = None) -> int:
         if job.source.kind == "delta":
             return _publish(job, spark)
         if again:
-            reposition(job, again, "read again from the earliest message after data loss", spark)
+            reposition(job, again, "set to read again after data loss:", spark)
         return _stream(job, spark)
 
 
@@ -980,9 +980,9 @@ def reset_offsets(job: Job, position: Bound) -> int:
     offsets = _positions_for(job, position)
     if job.checkpoint is not None and "://" in job.checkpoint:  # moved aside through Spark's FileSystem
         with spark_session(job) as spark:
-            reposition(job, offsets, "reset", spark)
+            reposition(job, offsets, "reset to", spark)
     else:
-        reposition(job, offsets, "reset")
+        reposition(job, offsets, "reset to")
     return 0
 
 
@@ -1017,7 +1017,7 @@ def reposition(job: Job, offsets: Offsets, why: str, spark: Any = None) -> None:
     if job.sink.delta is not None:
         recover(exactly_once_job(job), job.sink.delta.path)
     epoch = store.reset(job.name, offsets)
-    say(f"job {job.name}: positions {why}: {offsets.to_json()} (reset epoch {epoch})")
+    say(f"job {job.name}: positions {why} {offsets.to_json()} (reset epoch {epoch})")
     if job.source.pulsar is not None:
         opts = SourceSettings.parse(job.source_options(), streaming=True)
         planner = Planner(opts.settings, opts.selector, subscription=job.subscription)

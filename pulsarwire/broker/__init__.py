@@ -8,10 +8,11 @@ from __future__ import annotations
 from .auth import Authentication, TlsAuth, TokenAuth
 from .authz import Grant, Grants
 from .cluster import Cluster
+from .config import BrokerConfig, Listener
 from .faults import Faults
 from .policies import NamespaceNotFound, Policies
 from .schemas import Compatibility
-from .server import Broker, BrokerConfig, Listener
+from .server import Broker
 
 __all__ = [
     "Authentication",

@@ -30,7 +30,9 @@ from pulsarwire.naming import TopicName
 
 from .auth import Authentication, Authenticator, Provider, TlsAuth, TokenAuth, TokenKeyError, read_key
 from .authz import Grant, Grants, GrantSyntaxError
+from .config import INTERNAL_LISTENER, BrokerConfig, Listener
 from .htpasswd import BasicAuth, PasswordFileError
+from .net import BrokerStartError
 from .policies import (
     DEFAULT_NAMESPACE,
     Policies,
@@ -41,7 +43,7 @@ from .policies import (
     read_names,
 )
 from .schemas import Compatibility
-from .server import INTERNAL_LISTENER, Broker, BrokerConfig, BrokerStartError, Listener
+from .server import Broker
 from .storage import DEFAULT_CACHE_BYTES, DEFAULT_MAX_OPEN_LOGS
 
 #: Environment variable holding the token secret key (same forms as --auth-token-secret).

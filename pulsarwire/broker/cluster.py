@@ -55,7 +55,7 @@ class Cluster:
         def move() -> None:
             self._owner[name] = (current + 1) % len(self.brokers)
             for b in self.brokers:
-                b._disconnect_topic(name)
+                b.service.disconnect_topic(name)
 
         self.brokers[0].call(move)
         return self.owner_of(name)

@@ -25,6 +25,13 @@ read: produce or consume; subscriptions: consume; schema upload: produce); tenan
 topic creation/deletion/termination and policies need a superuser (Pulsar: a tenant admin or a
 superuser -- this broker has no tenant admins). ``/metrics`` needs nothing (Pulsar's
 ``authenticateMetricsEndpoint=false``). Without authentication nothing is checked.
+
+This module is the HTTP side only: reading requests, routing, JSON shapes and status codes.
+Every rule it shares with the binary protocol -- authorization, whether a tenant, namespace or
+topic exists, partitioned metadata, lookup -- is a method of the service layer
+(:class:`~pulsarwire.broker.service.BrokerService`), whose refusals (BrokerError, NotFound) are
+mapped here to Pulsar's statuses (403, 404 with Pulsar's reason, 405, 503). It does not import
+the binary handler nor the Broker.
 """
 
 from __future__ import annotations
@@ -48,12 +55,12 @@ from pulsarwire.proto import pb
 
 from .authz import CONSUME, LOOKUP, PRODUCE, Action
 from .compaction import CompactionInProgressError
+from .net import listen, url_host
 from .policies import NamespaceNotFound, Policies, PolicySyntaxError, Retention
 from .schemas import Compatibility, IncompatibleSchemaError, InvalidSchemaError, type_name
-from .server import BrokerError, _listen, _url_host
+from .service import SUPERUSER, BrokerError, BrokerService, NotFound
 
 if TYPE_CHECKING:
-    from .server import Broker
     from .topic import Topic
 
 log = logging.getLogger("pulsarwire.broker.web")
@@ -64,8 +71,14 @@ MAX_HEAD_BYTES = 8 * 1024
 MAX_HEADERS = 100
 #: Most HTTP connections at once (each costs a task and buffers); beyond: 503 and close.
 MAX_HTTP_CONNECTIONS = 1024
-#: Marks routes that need a superuser (Pulsar: tenant admin or superuser).
-SUPERUSER: frozenset[Action] = frozenset()
+#: Pulsar's reasons for what a request names and does not exist (the service's NotFound.what).
+_NOT_FOUND = {
+    "tenant": "Tenant does not exist",
+    "namespace": "Namespace does not exist",
+    "topic": "Topic not found",
+    "partitioned topic": "Partitioned topic does not exist",
+    "subscription": "Subscription not found",
+}
 _MODE = pb.CommandGetTopicsOfNamespace.Mode
 #: ``?mode=`` of a namespace's topic list, and the mode listing one domain
 _MODES = {"PERSISTENT": _MODE.PERSISTENT, "NON_PERSISTENT": _MODE.NON_PERSISTENT, "ALL": _MODE.ALL}
@@ -241,6 +254,19 @@ class Response:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
 
 
+#: HTTP statuses of the service's refusals (ServerError codes) other than NotFound.
+_STATUS_OF_CODE: dict[int, int] = {
+    pb.AuthorizationError: 403,
+    pb.NotAllowedError: 405,
+    pb.ServiceNotReady: 503,
+    pb.InvalidTopicName: 412,
+}
+
+
+def _status_of(code: int) -> int:
+    return _STATUS_OF_CODE.get(code, 500)
+
+
 def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> Response:
     return Response(status, {"reason": reason}, headers=dict(headers or {}))
 
@@ -252,8 +278,8 @@ class _Close(Exception):
 class WebService:
     """HTTP on the broker's loop: see the module docstring."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
@@ -269,7 +295,7 @@ class WebService:
             reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES, loop=loop)
             return asyncio.StreamReaderProtocol(reader, self._accepted)
 
-        self._server = await _listen(loop, factory, host, port)
+        self._server = await listen(loop, factory, host, port)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -285,7 +311,7 @@ class WebService:
 
     @property
     def url(self) -> str:
-        return f"http://{_url_host(self.broker.advertised_host)}:{self.port}"
+        return f"http://{url_host(self.service.advertised_host)}:{self.port}"
 
     def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
@@ -294,7 +320,7 @@ class WebService:
 
     # -- connection ------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        cfg = self.broker.config
+        cfg = self.service.config
         try:
             if len(self._tasks) > MAX_HTTP_CONNECTIONS:
                 self.refused += 1
@@ -347,8 +373,8 @@ class WebService:
         if not length_text.isdigit() or len(length_text) > 18:
             raise HttpError(400, "bad Content-Length")
         length = int(length_text)
-        if length > self.broker.config.max_message_size:
-            raise HttpError(413, f"the body is over {self.broker.config.max_message_size} bytes")
+        if length > self.service.config.max_message_size:
+            raise HttpError(413, f"the body is over {self.service.config.max_message_size} bytes")
         if length:
             try:
                 request.body = await asyncio.wait_for(
@@ -371,6 +397,10 @@ class WebService:
             return handler(request, params)
         except HttpError as exc:
             return _error(exc.status, exc.reason, exc.headers)
+        except NotFound as exc:
+            return _error(404, _NOT_FOUND.get(exc.what, str(exc)))
+        except BrokerError as exc:
+            return _error(_status_of(exc.code), str(exc))
         except NamespaceNotFound:
             return _error(404, "Namespace does not exist")
         except (InvalidTopicName, PolicySyntaxError) as exc:
@@ -380,7 +410,7 @@ class WebService:
             return _error(500, f"{type(exc).__name__}: {str(exc)[:200]}")
 
     def _authenticate(self, request: Request) -> str | None:
-        auth = self.broker.config.auth
+        auth = self.service.config.auth
         if auth is None:
             return None
         scheme, _, credential = request.headers.get("authorization", "").partition(" ")
@@ -395,47 +425,37 @@ class WebService:
         try:
             return auth.authenticate(method, data, time.time(), None).role
         except AuthenticationError as exc:
-            self.broker.auth_failures += 1
+            self.service.auth_failures += 1
             log.info("HTTP authentication failed: %s", exc)
             raise HttpError(401, "Authentication required") from None
 
     def _authorize(self, request: Request, namespace: str, needs: frozenset[Action], what: str) -> None:
         """Refuse (403) unless the role may ``needs`` on ``namespace`` (SUPERUSER: a superuser)."""
-        if self.broker.config.auth is None:
-            return
-        grants = self.broker.config.grants
-        role = request.role
-        allowed = role in grants.superusers if needs is SUPERUSER else grants.allows(role, namespace, needs)
-        if not allowed:
-            log.info("role %r is not authorized to %s on %s", role, what, namespace)
-            raise HttpError(403, f"role {role!r} is not authorized to {what}")
+        self.service.authorize(request.role, namespace, needs, what=what)
 
     # -- helpers -----------------------------------------------------------------------
     def _namespace(self, request: Request, p: dict[str, str], needs: frozenset[Action], what: str) -> str:
         namespace = f"{p['tenant']}/{p['namespace']}"
         self._authorize(request, namespace, needs, what)
-        if not self.broker.namespaces.has_tenant(p["tenant"]):
-            raise HttpError(404, "Tenant does not exist")
-        self.broker.namespaces.require(namespace)
+        self.service.require_namespace(namespace)
         return namespace
+
+    def _topic_name(self, p: dict[str, str]) -> TopicName:
+        domain = p.get("domain", "persistent")
+        return TopicName.parse(f"{domain}://{p['tenant']}/{p['namespace']}/{p['topic']}")
 
     def _topic(self, request: Request, p: dict[str, str], needs: frozenset[Action], what: str) -> TopicName:
         """The topic of the path, authorized and in a namespace that exists."""
-        domain = p.get("domain", "persistent")
-        name = TopicName.parse(f"{domain}://{p['tenant']}/{p['namespace']}/{p['topic']}")
+        name = self._topic_name(p)
         self._namespace(request, p, needs, what)
         return name
 
     def _loaded(self, name: TopicName) -> Topic:
-        """The topic, loaded; 404 when it does not exist."""
-        full = str(name)
-        parts = self.broker.partitioned.get(str(name.partitioned_topic), 0)
-        is_partition = name.partition_index >= 0 and name.partition_index < parts
-        if full in self.broker.partitioned or not (is_partition or self.broker.topic_exists(full)):
-            raise HttpError(404, "Topic not found")
-        found = self.broker.get_topic(full, create=True)
-        assert found is not None
-        return found
+        """The non-partitioned topic, loaded; 404 when it does not exist (or is partitioned)."""
+        try:
+            return self.service.existing_topic(str(name))
+        except BrokerError as exc:
+            raise HttpError(404, "Topic not found") from exc
 
     def _body_json(self, request: Request, kind: type, what: str) -> Any:
         value = request.json()
@@ -444,32 +464,26 @@ class WebService:
         return value
 
     def _update_policies(self, scope: str, **changes: Any) -> None:
-        ns = self.broker.namespaces
-        current = ns.policies_of(scope)
-        values = {f: getattr(current, f) for f in ("deduplication", "schema_compatibility", "retention")}
-        values.update(changes)
-        ns.set_policies(scope, Policies(**values))
-        self.broker.keep_policies()
+        self.service.update_policies(scope, **changes)
 
     # -- broker ------------------------------------------------------------------------
     def on_metrics(self, request: Request, p: dict[str, str]) -> Response:
-        return Response(200, prometheus_text(self.broker), "text/plain; version=0.0.4")
+        return Response(200, prometheus_text(self.service), "text/plain; version=0.0.4")
 
     def on_health(self, request: Request, p: dict[str, str]) -> Response:
         self._authorize(request, "", SUPERUSER, "check the broker's health")
         return Response(200, "ok", "text/plain")
 
     def on_lookup(self, request: Request, p: dict[str, str]) -> Response:
-        name = self._topic(request, p, LOOKUP, "look up topics")
-        owner = self.broker.cluster.owner_of(str(name)) if self.broker.cluster is not None else self.broker
-        urls = owner.listener(request.query.get("listenerName") or None)
-        http_url = owner.http_url or ""
+        name = self._topic_name(p)
+        found = self.service.lookup(str(name), request.role, request.query.get("listenerName") or None)
+        urls = found.urls
         return Response(
             200,
             {
                 "brokerUrl": urls.url or "",
                 "brokerUrlTls": urls.url_tls or "",
-                "httpUrl": http_url,
+                "httpUrl": found.http_url,
                 "httpUrlTls": "",
                 "nativeUrl": urls.url or "",
             },
@@ -478,35 +492,34 @@ class WebService:
     # -- tenants and namespaces -----------------------------------------------------------
     def on_list_tenants(self, request: Request, p: dict[str, str]) -> Response:
         self._authorize(request, "", SUPERUSER, "list tenants")
-        return Response(200, self.broker.namespaces.tenants())
+        return Response(200, self.service.namespaces.tenants())
 
     def on_get_tenant(self, request: Request, p: dict[str, str]) -> Response:
         self._authorize(request, "", SUPERUSER, "administrate tenants")
-        if not self.broker.namespaces.has_tenant(p["tenant"]):
+        if not self.service.namespaces.has_tenant(p["tenant"]):
             raise HttpError(404, "Tenant does not exist")
-        return Response(200, {"adminRoles": [], "allowedClusters": [self.broker.name]})
+        return Response(200, {"adminRoles": [], "allowedClusters": [self.service.name]})
 
     def on_create_tenant(self, request: Request, p: dict[str, str]) -> Response:
         self._authorize(request, "", SUPERUSER, "administrate tenants")
         if request.body:
             self._body_json(request, dict, "a TenantInfo object")
-        if not self.broker.namespaces.create_tenant(p["tenant"]):
+        if not self.service.create_tenant(p["tenant"]):
             raise HttpError(409, "Tenant already exists")
-        self.broker.keep_policies()
         return Response(204)
 
     def on_list_namespaces(self, request: Request, p: dict[str, str]) -> Response:
         self._authorize(request, "", SUPERUSER, "administrate tenants")
         tenant = p["tenant"]
-        if not self.broker.namespaces.has_tenant(tenant):
+        if not self.service.namespaces.has_tenant(tenant):
             raise HttpError(404, "Tenant does not exist")
-        return Response(200, [n for n in self.broker.namespaces.names() if n.partition("/")[0] == tenant])
+        return Response(200, [n for n in self.service.namespaces.names() if n.partition("/")[0] == tenant])
 
     def on_get_namespace(self, request: Request, p: dict[str, str]) -> Response:
         namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
-        own = self.broker.namespaces.policies_of(namespace)
+        own = self.service.namespaces.policies_of(namespace)
         body: dict[str, Any] = {
-            "replication_clusters": [self.broker.name],
+            "replication_clusters": [self.service.name],
             "deduplicationEnabled": own.deduplication,
             "schema_compatibility_strategy": own.schema_compatibility.name
             if own.schema_compatibility
@@ -521,11 +534,11 @@ class WebService:
         policies = (
             _policies_of_body(self._body_json(request, dict, "a Policies object")) if request.body else None
         )
-        if not self.broker.namespaces.has_tenant(p["tenant"]):
+        if not self.service.namespaces.has_tenant(p["tenant"]):
             raise HttpError(404, "Tenant does not exist")
-        if namespace in self.broker.namespaces:
+        if namespace in self.service.namespaces:
             raise HttpError(409, "Namespace already exists")
-        self.broker.create_namespace(namespace)
+        self.service.create_namespace(namespace)
         if policies is not None and policies != Policies():
             self._update_policies(
                 namespace,
@@ -540,11 +553,11 @@ class WebService:
         mode = request.query.get("mode", "PERSISTENT").upper()
         if mode not in _MODES:
             raise HttpError(400, f"unknown mode {mode!r} (PERSISTENT, NON_PERSISTENT, ALL)")
-        return Response(200, self.broker.topics_in(namespace, _MODES[mode]))
+        return Response(200, self.service.topics_in(namespace, _MODES[mode]))
 
     def on_get_namespace_deduplication(self, request: Request, p: dict[str, str]) -> Response:
         namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
-        value = self.broker.namespaces.policies_of(namespace).deduplication
+        value = self.service.namespaces.policies_of(namespace).deduplication
         return Response(200 if value is not None else 204, value)
 
     def on_set_namespace_deduplication(self, request: Request, p: dict[str, str]) -> Response:
@@ -554,7 +567,7 @@ class WebService:
 
     def on_get_namespace_retention(self, request: Request, p: dict[str, str]) -> Response:
         namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
-        retention = self.broker.namespaces.policies_of(namespace).retention
+        retention = self.service.namespaces.policies_of(namespace).retention
         return Response(200 if retention else 204, _retention_json(retention) if retention else None)
 
     def on_set_namespace_retention(self, request: Request, p: dict[str, str]) -> Response:
@@ -565,7 +578,7 @@ class WebService:
 
     def on_get_namespace_compatibility(self, request: Request, p: dict[str, str]) -> Response:
         namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
-        strategy = self.broker.namespaces.policies_of(namespace).schema_compatibility
+        strategy = self.service.namespaces.policies_of(namespace).schema_compatibility
         return Response(200, strategy.name if strategy else "UNDEFINED")
 
     def on_set_namespace_compatibility(self, request: Request, p: dict[str, str]) -> Response:
@@ -585,21 +598,16 @@ class WebService:
     # -- topics ------------------------------------------------------------------------
     def on_list_topics(self, request: Request, p: dict[str, str]) -> Response:
         namespace = self._namespace(request, p, LOOKUP, "list the topics of the namespace")
-        return Response(200, self.broker.topics_in(namespace, _DOMAIN_MODES[p["domain"]]))
+        return Response(200, self.service.topics_in(namespace, _DOMAIN_MODES[p["domain"]]))
 
     def on_list_partitioned_topics(self, request: Request, p: dict[str, str]) -> Response:
         namespace = self._namespace(request, p, LOOKUP, "list the topics of the namespace")
-        prefix = f"{p['domain']}://{namespace}/"
-        return Response(200, sorted(n for n in self.broker.partitioned if n.startswith(prefix)))
+        return Response(200, self.service.partitioned_topics_in(namespace, p["domain"]))
 
     def on_get_partitions(self, request: Request, p: dict[str, str]) -> Response:
-        name = self._topic(request, p, LOOKUP, "look up topics")
-        full = str(name)
+        name = str(self._topic_name(p))
         create = request.flag("checkAllowAutoCreation")
-        n = self.broker.partitions_of(full, create=create)
-        auto = create and self.broker.config.allow_auto_topic_creation
-        if n == 0 and not auto and not self.broker.topic_exists(full):
-            raise HttpError(404, "Topic not found")
+        n = self.service.partitioned_metadata(name, request.role, auto_create=create)
         return Response(200, {"partitions": n})
 
     def on_create_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
@@ -610,73 +618,67 @@ class WebService:
         full = str(name)
         if name.partition_index >= 0:
             raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
-        if full in self.broker.partitioned or full in self.broker.topics:
+        if self.service.partition_count(full) is not None or self.service.get_topic(full, create=False):
             raise HttpError(409, "This topic already exists")
-        self.broker.create_partitioned_topic(full, partitions)
+        self.service.create_partitioned_topic(full, partitions)
         return Response(204)
 
     def on_update_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "update topics")
         partitions = self._body_json(request, int, "the number of partitions")
         full = str(name)
-        current = self.broker.partitioned.get(full)
+        current = self.service.partition_count(full)
         if current is None:
             raise HttpError(404, "Partitioned topic does not exist")
         if partitions <= current:
             raise HttpError(422, f"Desired partitions {partitions} must be more than the current {current}")
-        self.broker.create_partitioned_topic(full, partitions)
+        self.service.create_partitioned_topic(full, partitions)
         return Response(204)
 
     def on_delete_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "delete topics")
         full = str(name)
-        n = self.broker.partitioned.get(full)
+        n = self.service.partition_count(full)
         if n is None:
             raise HttpError(404, "Partitioned topic does not exist")
         self._check_deletable([str(name.partition(i)) for i in range(n)], request.flag("force"))
-        self.broker.delete_topic(full)
+        self.service.delete_topic(full)
         return Response(204)
 
     def on_create_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "create topics")
         full = str(name)
         parent = str(name.partitioned_topic)
-        if self.broker.topic_exists(full) or (name.partition_index < 0 and full in self.broker.partitioned):
+        if self.service.topic_exists(full):
             raise HttpError(409, "This topic already exists")
-        if name.partition_index >= 0 and parent in self.broker.partitioned:
+        if name.partition_index >= 0 and self.service.partition_count(parent) is not None:
             raise HttpError(409, "This topic already exists")
-        self.broker.get_topic(full, create=True)
+        self.service.get_topic(full, create=True)
         return Response(204)
 
     def on_delete_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "delete topics")
         full = str(name)
-        if full in self.broker.partitioned:
+        if self.service.partition_count(full) is not None:
             raise HttpError(409, "Topic is a partitioned topic: delete it with DELETE .../partitions")
-        if not self.broker.topic_exists(full):
+        if not self.service.topic_exists(full):
             raise HttpError(404, "Topic not found")
         self._check_deletable([full], request.flag("force"))
-        self.broker.delete_topic(full)
+        self.service.delete_topic(full)
         return Response(204)
 
     def _check_deletable(self, names: list[str], force: bool) -> None:
         """412 when a topic has connected producers or consumers (``force``: disconnect them)."""
-        for full in names:
-            topic = self.broker.topics.get(full)
-            if topic is None:
-                continue
-            busy = topic.producers or any(s.consumers for s in topic.subscriptions.values())
-            if busy and not force:
-                raise HttpError(412, "Topic has active producers/subscriptions")
+        if not force and any(self.service.busy(full) for full in names):
+            raise HttpError(412, "Topic has active producers/subscriptions")
         if force:
             for full in names:
-                self.broker.close_producers(full)
-                self.broker.close_consumers(full)
+                self.service.disconnect_topic(full)
 
     def on_topic_stats(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, LOOKUP, "get the stats of topics")
         topic = self._loaded(name)
-        return Response(200, topic_stats(self.broker, topic))
+        return Response(200, topic_stats(self.service, topic))
 
     def on_topic_internal_stats(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, LOOKUP, "get the stats of topics")
@@ -685,28 +687,11 @@ class WebService:
 
     def on_list_subscriptions(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, CONSUME, "list the subscriptions of topics")
-        full = str(name)
-        n = self.broker.partitioned.get(full)
-        names: set[str] = set()
-        for part in [str(name.partition(i)) for i in range(n)] if n else [full]:
-            topic = self._loaded(TopicName.parse(part))
-            names.update(topic.subscriptions)
-            names.update(getattr(topic, "saved_subscriptions", {}))
-        return Response(200, sorted(names))
+        return Response(200, self.service.subscription_names(str(name)))
 
     def _subscriptions(self, name: TopicName, sub_name: str) -> list[tuple[Topic, Any]]:
-        """The subscription ``sub_name`` on the topic or each of its partitions; 404 when none has it."""
-        full = str(name)
-        n = self.broker.partitioned.get(full)
-        found = []
-        for part in [str(name.partition(i)) for i in range(n)] if n else [full]:
-            topic = self._loaded(TopicName.parse(part))
-            sub = topic.subscriptions.get(sub_name)
-            if sub is not None:
-                found.append((topic, sub))
-        if not found:
-            raise HttpError(404, "Subscription not found")
-        return found
+        """The subscription ``sub_name`` on the topic or each of its partitions (NotFound: 404)."""
+        return self.service.subscriptions_of(str(name), sub_name)
 
     def on_delete_subscription(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, CONSUME, "unsubscribe")
@@ -715,16 +700,14 @@ class WebService:
         if not force and any(sub.consumers for _t, sub in found):
             raise HttpError(412, "Subscription has active connected consumers")
         for topic, sub in found:
-            for consumer in list(sub.consumers):
-                cast(Any, consumer.sender).close_consumer(consumer.consumer_id)
-            topic.forget_subscription(sub.name)
+            self.service.delete_subscription(topic, sub)
         return Response(204)
 
     def on_skip_all(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, CONSUME, "skip messages")
         for topic, sub in self._subscriptions(name, p["subscription"]):
             sub.reset(topic.log.last_position)
-            self.broker._check_end_of_topic(topic, sub)
+            self.service.check_end_of_topic(topic, sub)
         return Response(204)
 
     def on_reset_cursor(self, request: Request, p: dict[str, str]) -> Response:
@@ -734,25 +717,23 @@ class WebService:
             raise HttpError(400, f"timestamp {text!r} is not a number of milliseconds")
         timestamp = int(text)
         for topic, sub in self._subscriptions(name, p["subscription"]):
-            # As Pulsar's reset-cursor: the subscription's consumers are disconnected, then reset.
-            for consumer in list(sub.consumers):
-                cast(Any, consumer.sender).close_consumer(consumer.consumer_id)
-            sub.reset(topic.position_before_index(topic.log.index_by_publish_time(timestamp)))
+            position = topic.position_before_index(topic.log.index_by_publish_time(timestamp))
+            self.service.reset_subscription(topic, sub, position)
         return Response(204)
 
     def on_terminate(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "terminate topics")
-        if str(name) in self.broker.partitioned:
+        if self.service.partition_count(str(name)) is not None:
             raise HttpError(405, "Termination of a partitioned topic is not allowed")
         self._loaded(name)
-        ledger, entry = self.broker.terminate_topic(str(name))
+        ledger, entry = self.service.terminate_topic(str(name))
         return Response(200, {"ledgerId": ledger, "entryId": entry, "partitionIndex": name.partition_index})
 
     def on_trigger_compaction(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "compact topics")
         self._loaded(name)
         try:
-            self.broker.compact(str(name))
+            self.service.compact(str(name))
         except CompactionInProgressError as exc:
             raise HttpError(409, str(exc)) from None
         except BrokerError as exc:
@@ -763,15 +744,15 @@ class WebService:
         name = self._topic(request, p, SUPERUSER, "compact topics")
         self._loaded(name)
         try:
-            return Response(200, self.broker.compaction_status(str(name)))
+            return Response(200, self.service.compaction_status(str(name)))
         except BrokerError as exc:
             raise HttpError(404 if exc.code == pb.TopicNotFound else 405, str(exc)) from None
 
     def on_get_topic_deduplication(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "administrate topic policies")
         if request.flag("applied"):
-            return Response(200, self.broker.deduplication_enabled(str(name)))
-        value = self.broker.namespaces.policies_of(str(name)).deduplication
+            return Response(200, self.service.deduplication_enabled(str(name)))
+        value = self.service.namespaces.policies_of(str(name)).deduplication
         return Response(200 if value is not None else 204, value)
 
     def on_set_topic_deduplication(self, request: Request, p: dict[str, str]) -> Response:
@@ -800,7 +781,7 @@ class WebService:
         return self._schema_answer(topic, int(text))
 
     def _schema_answer(self, topic: str, version: int | None) -> Response:
-        found = self.broker.schemas.get(topic, version)
+        found = self.service.schemas.get(topic, version)
         if found is None:
             raise HttpError(404, "Schema not found")
         s = found.schema
@@ -833,7 +814,7 @@ class WebService:
         topic = self._schema_topic(request, p, PRODUCE, "upload schemas")
         schema = self._payload_schema(request, topic)
         try:
-            version = self.broker.schemas.register(topic, schema, self.broker.schema_compatibility(topic))
+            version = self.service.schemas.register(topic, schema, self.service.schema_compatibility(topic))
         except InvalidSchemaError as exc:
             raise HttpError(422, str(exc)) from None
         except IncompatibleSchemaError as exc:
@@ -842,7 +823,7 @@ class WebService:
 
     def on_delete_schema(self, request: Request, p: dict[str, str]) -> Response:
         topic = self._schema_topic(request, p, SUPERUSER, "delete schemas")
-        version = self.broker.schemas.delete(topic)
+        version = self.service.schemas.delete(topic)
         if version is None:
             raise HttpError(404, "Schema not found")
         return Response(200, {"version": version})
@@ -850,9 +831,9 @@ class WebService:
     def on_test_compatibility(self, request: Request, p: dict[str, str]) -> Response:
         topic = self._schema_topic(request, p, LOOKUP, "test schema compatibility")
         schema = self._payload_schema(request, topic)
-        strategy = self.broker.schema_compatibility(topic)
+        strategy = self.service.schema_compatibility(topic)
         try:
-            compatible = self.broker.schemas.is_compatible(topic, schema, strategy)
+            compatible = self.service.schemas.is_compatible(topic, schema, strategy)
         except InvalidSchemaError as exc:
             raise HttpError(422, str(exc)) from None
         return Response(202, {"isCompatibility": compatible, "schemaCompatibilityStrategy": strategy.name})
@@ -920,7 +901,7 @@ def _position(pos: tuple[int, int]) -> str:
     return f"{pos[0]}:{pos[1]}"
 
 
-def topic_stats(broker: Broker, topic: Topic) -> dict[str, Any]:
+def topic_stats(service: BrokerService, topic: Topic) -> dict[str, Any]:
     """Pulsar's TopicStats for the counters this broker keeps (no rates: it measures none)."""
     subs: dict[str, Any] = {}
     for name, sub in topic.subscriptions.items():
@@ -953,7 +934,7 @@ def topic_stats(broker: Broker, topic: Topic) -> dict[str, Any]:
         ],
         "subscriptions": subs,
         "replication": {},
-        "deduplicationStatus": "Enabled" if broker.deduplication_enabled(topic.name) else "Disabled",
+        "deduplicationStatus": "Enabled" if service.deduplication_enabled(topic.name) else "Disabled",
         "topicEpoch": None,
     }
 
@@ -1013,7 +994,7 @@ _TOPIC_METRICS: tuple[tuple[str, str, str, Callable[[Topic], int]], ...] = (
 )
 
 
-def prometheus_text(broker: Broker) -> str:
+def prometheus_text(broker: BrokerService) -> str:
     """The broker's counters and each loaded topic's in Prometheus' text format (as Pulsar names them)."""
     cluster = _label(broker.name)
     lines = []

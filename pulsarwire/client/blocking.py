@@ -7,10 +7,13 @@ implement are absent rather than silently ignored. Clients, producers, consumers
 readers are context managers, and closing one twice does nothing.
 
 Each :class:`Client` owns one daemon thread running an asyncio loop with the
-:class:`~pulsarwire.client.core.AsyncClient`; blocking calls submit coroutines
-to it and wait. Nothing of the caller's event loop is assumed, so it works in
-scripts and in Spark Python workers. Clients still open at interpreter exit
-are closed (pending messages flushed) by an ``atexit`` hook.
+:class:`~pulsarwire.client.core.AsyncClient` (bridge.py: :class:`LoopThread`, and
+:class:`LoopCalls` for calls batched from the caller's thread); blocking calls submit
+coroutines to it and wait. Nothing of the caller's event loop is assumed, so it works in
+scripts and in Spark Python workers. Clients still open at interpreter exit are closed
+(pending messages flushed) by an ``atexit`` hook. The official client's enums and alias
+names live in enums.py and the mapping of the public parameters onto the core's keywords in
+options.py, both shared with ``pulsarwire.asyncio``; this module re-exports the enums.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator
 from datetime import timedelta
-from enum import IntEnum
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -38,16 +40,25 @@ from pulsarwire.errors import (
     ProducerQueueIsFullError,
     ReachedEndOfTopicError,
 )
-from pulsarwire.proto import pb
 from pulsarwire.protocol.state import HandlerState
 
 from .acks import AckKind, ThreadAck
 from .auth import Authentication
+from .bridge import LoopCalls, LoopThread
 from .bulk import read_arrow
 from .consumer_config import DeadLetterPolicy, KeySharedPolicy
 from .core import AsyncClient
+from .enums import (
+    CompressionType,
+    ConsumerDeadLetterPolicy,
+    ConsumerKeySharedPolicy,
+    ConsumerType,
+    InitialPosition,
+    PartitionsRoutingMode,
+)
 from .message import Message
 from .multi_topic import Consumer as AsyncConsumer
+from .options import client_options, producer_options, reader_options, send_args, subscribe_options
 from .producer import Producer as AsyncProducer
 from .producer import SendArrowResult
 from .retry import RetryPolicy
@@ -71,41 +82,6 @@ __all__ = [
 ]
 #: ``callback(error, message_id)`` of :meth:`Producer.send_async`
 Callback = Callable[[BaseException | None, MessageId | None], None]
-#: the official client's names for the dead-letter and Key_Shared policies
-ConsumerDeadLetterPolicy = DeadLetterPolicy
-ConsumerKeySharedPolicy = KeySharedPolicy
-#: the official client's ``PartitionsRoutingMode`` (``RoundRobinDistribution``,
-#: ``UseSinglePartition``, ``CustomPartition``) is our :class:`RoutingMode`
-PartitionsRoutingMode = RoutingMode
-
-
-class ConsumerType(IntEnum):
-    """The subscription type (protocol ``CommandSubscribe.SubType``)."""
-
-    Exclusive = pb.CommandSubscribe.Exclusive
-    Shared = pb.CommandSubscribe.Shared
-    Failover = pb.CommandSubscribe.Failover
-    KeyShared = pb.CommandSubscribe.Key_Shared
-
-
-class InitialPosition(IntEnum):
-    """Where a new subscription starts: ``Latest`` (new messages only) or ``Earliest``."""
-
-    Latest = pb.CommandSubscribe.Latest
-    Earliest = pb.CommandSubscribe.Earliest
-
-
-class CompressionType(IntEnum):
-    """Payload compression of a producer (``ZLib`` is the official spelling, ``ZLIB`` an alias)."""
-
-    NONE = pb.NONE
-    LZ4 = pb.LZ4
-    ZLib = pb.ZLIB
-    ZLIB = pb.ZLIB
-    ZSTD = pb.ZSTD
-    SNAPPY = pb.SNAPPY
-
-
 _open_clients: weakref.WeakSet[Client] = weakref.WeakSet()
 
 
@@ -199,25 +175,20 @@ class Client(_Closeable):
         InvalidConfigurationError
             The service URL is malformed.
         """
-        options = _client_options(locals())
+        options = client_options(locals())
         self._closed = True  # until the core exists: close() has nothing to do
-        self._stopped = False
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="pulsarwire-client", daemon=True)
-        self._thread.start()
+        self._bridge = LoopThread()
         try:
             self._core = self._run(_make_core(service_url, options))
         except BaseException:
-            self._stop_loop()
+            self._bridge.stop()
             raise
         self._closed = False
         _open_clients.add(self)
 
     def _run(self, coro: Coroutine[Any, Any, R], timeout: float | None = None) -> R:
-        if self._stopped:  # the loop is gone: nothing would ever run it
-            coro.close()
-            raise AlreadyClosedError("client is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        """Run ``coro`` on the client's loop and wait for its result (see :class:`LoopThread`)."""
+        return self._bridge.run(coro, timeout)
 
     def create_producer(
         self,
@@ -298,7 +269,7 @@ class Client(_Closeable):
         OperationTimeoutError
             The producer could not be created within the operation timeout.
         """
-        options = _producer_options(locals())
+        options = producer_options(locals())
         core = self._run(self._core.create_producer(topic, **options))
         return Producer(self, core)
 
@@ -392,7 +363,7 @@ class Client(_Closeable):
         OperationTimeoutError
             The subscription could not be made within the operation timeout.
         """
-        options = _subscribe_options(locals())
+        options = subscribe_options(locals())
         return Consumer(self, self._run(self._core.subscribe(topic, subscription_name, **options)))
 
     def create_reader(
@@ -438,7 +409,7 @@ class Client(_Closeable):
         OperationTimeoutError
             The reader could not be created within the operation timeout.
         """
-        options = _reader_options(locals())
+        options = reader_options(locals())
         return Reader(self, self._run(self._core.create_reader(topic, start_message_id, **options)))
 
     def read_arrow(
@@ -509,7 +480,7 @@ class Client(_Closeable):
                 except StopAsyncIteration:
                     return
         finally:
-            if not self._stopped:  # an abandoned iteration still closes its reader
+            if not self._bridge.stopped:  # an abandoned iteration still closes its reader
                 self._run(agen.aclose())
 
     def check_connection(self, timeout_seconds: float = 5.0) -> str:
@@ -595,61 +566,11 @@ class Client(_Closeable):
         try:
             self._run(self._core.close(), timeout=60)
         finally:
-            self._stop_loop()
-
-    def _stop_loop(self) -> None:
-        self._stopped = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        if not self._thread.is_alive():
-            # an unclosed loop is closed by its finalizer, which can run during interpreter
-            # shutdown after its self-pipe is gone ("Exception ignored in BaseEventLoop.__del__")
-            self._loop.close()
+            self._bridge.stop()
 
 
 async def _make_core(service_url: str, options: dict[str, Any]) -> AsyncClient:
     return AsyncClient(service_url, **options)
-
-
-# -- the public parameters → the core's keywords (one place for the blocking and asyncio APIs) ----
-def _arguments(args: dict[str, Any], *positional: str) -> dict[str, Any]:
-    """A method's arguments (its ``locals()`` on entry) without ``self`` and ``positional``."""
-    return {k: v for k, v in args.items() if k != "self" and k not in positional}
-
-
-def _client_options(args: dict[str, Any]) -> dict[str, Any]:
-    """AsyncClient's keywords from the arguments of ``Client(...)``."""
-    out = _arguments(args, "service_url", "connection_timeout_ms")
-    if out["connection_timeout_seconds"] is None:
-        out["connection_timeout_seconds"] = args["connection_timeout_ms"] / 1000
-    out["operation_timeout_seconds"] = float(out["operation_timeout_seconds"])
-    return out
-
-
-def _producer_options(args: dict[str, Any]) -> dict[str, Any]:
-    """AsyncClient.create_producer's keywords from the arguments of ``create_producer(topic, ...)``."""
-    out = _arguments(args, "topic")
-    out["compression_type"] = int(out["compression_type"])
-    out["properties"] = dict(out["properties"] or {})
-    if out["message_router"] is not None:  # as the official client: a router means CustomPartition
-        out["message_routing_mode"] = RoutingMode.CustomPartition
-    return out
-
-
-def _subscribe_options(args: dict[str, Any]) -> dict[str, Any]:
-    """AsyncClient.subscribe's keywords from the arguments of ``subscribe(topic, subscription_name, ...)``."""
-    out = _arguments(args, "topic", "subscription_name")
-    out["consumer_type"] = int(out["consumer_type"])
-    out["initial_position"] = int(out["initial_position"])
-    out["pattern_auto_discovery_period"] = float(out["pattern_auto_discovery_period"])
-    return out
-
-
-def _reader_options(args: dict[str, Any]) -> dict[str, Any]:
-    """AsyncClient.create_reader's keywords from the arguments of ``create_reader(topic, start, ...)``."""
-    out = _arguments(args, "topic", "start_message_id")
-    out["subscription_role_prefix"] = out["subscription_role_prefix"] or "reader"
-    return out
 
 
 def _connected(handlers: list[Any]) -> bool:
@@ -786,7 +707,7 @@ class Producer(_Closeable):
         properties, partition_key, ordering_key, sequence_id, event_timestamp, deliver_at, deliver_after
             As in :meth:`send`.
         """
-        kw = _send_args(
+        kw = send_args(
             properties, partition_key, ordering_key, sequence_id, event_timestamp, deliver_at, deliver_after
         )
         if self._slots is not None and not self._slots.acquire(blocking=self._block):
@@ -800,7 +721,7 @@ class Producer(_Closeable):
             if self._scheduled:
                 return
             self._scheduled = True
-        self._client._loop.call_soon_threadsafe(self._start_drain)
+        self._client._bridge.call_soon(self._start_drain)
 
     def send_arrow(
         self,
@@ -916,85 +837,12 @@ class Producer(_Closeable):
 
     def close(self) -> None:
         """Flush, then close the producer. Closing it again, or after its client, does nothing."""
-        if self._closed or self._client._stopped:
+        if self._closed or self._client._bridge.stopped:
             self._closed = True
             return
         self.flush()
         self._client._run(self._core.close())
         self._closed = True
-
-
-def _send_args(
-    properties: dict[str, str] | None,
-    partition_key: str | None,
-    ordering_key: str | bytes | None,
-    sequence_id: int | None,
-    event_timestamp: int | None,
-    deliver_at: int | None,
-    deliver_after: timedelta | None,
-) -> dict[str, Any]:
-    """The core producer's keywords for one message (the official client's names mapped onto ours)."""
-    if deliver_after is not None:
-        deliver_at = int(time.time() * 1000) + int(deliver_after.total_seconds() * 1000)
-    given = {
-        "properties": properties,
-        "partition_key": partition_key,
-        "ordering_key": ordering_key.encode() if isinstance(ordering_key, str) else ordering_key,
-        "sequence_id": sequence_id,
-        "event_timestamp": event_timestamp,
-        "deliver_at": deliver_at,
-    }
-    return {k: v for k, v in given.items() if v is not None}
-
-
-class _LoopCalls:
-    """Calls queued from the caller's thread and run on the client's loop in order.
-
-    The loop is woken at most once per ``DELAY`` (or at once when ``BURST`` calls wait), so a
-    receive/ack loop costs no thread hand-off per message.
-    """
-
-    DELAY = 0.002
-    BURST = 256
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-        self._calls: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
-        self._lock = threading.Lock()
-        self._scheduled = False
-        self._urgent = False
-
-    def submit(self, fn: Callable[..., None], *args: Any) -> None:
-        loop = self._client._loop
-        with self._lock:
-            self._calls.append((fn, args))
-            if not self._scheduled:
-                self._scheduled = True
-                loop.call_soon_threadsafe(loop.call_later, self.DELAY, self._run)
-            elif len(self._calls) >= self.BURST and not self._urgent:
-                self._urgent = True
-                loop.call_soon_threadsafe(self._run)
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                if not self._calls:
-                    self._scheduled = self._urgent = False
-                    return
-                fn, args = self._calls.popleft()
-            fn(*args)
-
-    def drain(self) -> None:
-        """Wait until everything submitted so far ran."""
-
-        async def nothing() -> None:
-            return None
-
-        while True:
-            self._client._run(nothing())
-            with self._lock:
-                if not self._calls and not self._scheduled:
-                    return
 
 
 class _Receiving(_Closeable):
@@ -1003,7 +851,7 @@ class _Receiving(_Closeable):
     def __init__(self, client: Client, core: AsyncConsumer) -> None:
         self._client = client
         self._core = core
-        self._calls = _LoopCalls(client)
+        self._calls = LoopCalls(client._bridge)
 
     def topic(self) -> str:
         """The topic name (topics joined by ``,`` for a multi-topic or regex consumer)."""
@@ -1051,7 +899,7 @@ class _Receiving(_Closeable):
     def close(self) -> None:
         """Close (pending acknowledgements are sent first). Closing it again, or after its client,
         does nothing."""
-        if self._core.closed or self._client._stopped:
+        if self._core.closed or self._client._bridge.stopped:
             return
         self._calls.drain()
         self._client._run(self._core.close())
@@ -1145,7 +993,7 @@ class Consumer(_Receiving):
         """Group the ack on this thread (:meth:`AckGroup.from_thread`); the loop is woken once per
         group, applies the group before any resubscribe and sends it within the group time."""
         core = self._core
-        if core.closed or self._client._stopped:
+        if core.closed or self._client._bridge.stopped:
             raise AlreadyClosedError("consumer is closed")
         owner = core.owner_of(message)
         if isinstance(message, Message):  # individual: the Message itself, which need not make its id
@@ -1153,7 +1001,7 @@ class Consumer(_Receiving):
         else:
             ack = (kind, message)
         if owner.acks.from_thread(ack):
-            self._client._loop.call_soon_threadsafe(owner.thread_acks_waiting)
+            self._client._bridge.call_soon(owner.thread_acks_waiting)
 
     def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge one message (acks are grouped and sent within ``ack_group_time_ms``).
@@ -1166,11 +1014,11 @@ class Consumer(_Receiving):
         # The fast path of :meth:`_ack`, for a Message of a topic this consumer reads: it runs for
         # every message, so it makes no call it can do without.
         core = self._core
-        if type(message) is Message and not core.closed and not self._client._stopped:
+        if type(message) is Message and not core.closed and not self._client._bridge.stopped:
             owner = core.by_topic.get(message[3].topic)
             if owner is not None:
                 if owner.acks.from_thread(message):
-                    self._client._loop.call_soon_threadsafe(owner.thread_acks_waiting)
+                    self._client._bridge.call_soon(owner.thread_acks_waiting)
                 return
         self._ack("individual", message)
 

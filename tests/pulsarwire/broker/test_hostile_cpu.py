@@ -27,6 +27,7 @@ import pytest
 from pulsarwire.broker import Broker
 from pulsarwire.broker.schemas import LEGACY_NAME, LOG_NAME, SchemaRegistry
 from pulsarwire.broker.server import advertised_host
+from pulsarwire.broker.service import BrokerService
 from pulsarwire.broker.subscription import MAX_HASH_RANGES_PER_CONSUMER
 from pulsarwire.broker.watch import MAX_WATCHERS_PER_CONNECTION
 from pulsarwire.codec import Frame, new_command
@@ -469,14 +470,14 @@ def test_an_unexpected_failure_is_logged_once_with_its_traceback_and_fails_that_
 ) -> None:
     """(Topic names too long for the file system used to be such a failure; they are stored now,
     see test_hostile_resources.py.) A broker bug is simulated where a topic is opened."""
-    real_get_topic = Broker.get_topic
+    real_get_topic = BrokerService.get_topic
 
-    def get_topic(self: Broker, name: str, *, create: bool) -> object:
+    def get_topic(self: BrokerService, name: str, *, create: bool) -> object:
         if name.endswith("/doomed"):
             raise OSError(errno.ENAMETOOLONG, "File name too long")
         return real_get_topic(self, name, create=create)
 
-    monkeypatch.setattr(Broker, "get_topic", get_topic)
+    monkeypatch.setattr(BrokerService, "get_topic", get_topic)
     b = start_broker(data_dir=tmp_path)
     conn = RawConnection.to(b.service_url)
     try:
