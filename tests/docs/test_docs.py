@@ -235,7 +235,7 @@ def test_readme_runs_top_to_bottom(checkout: Path) -> None:
     assert "[orders_ingest] done: " in proc.stdout and "orders_raw has 1000 rows" in proc.stdout
     assert "[orders_ingest] nothing to read: " in proc.stdout  # the second run: no Spark
     assert "no messages in this window" in proc.stdout
-    assert "backlog 0 messages" in proc.stdout and "positions reset: " in proc.stdout
+    assert "backlog 0 messages" in proc.stdout and "positions reset to " in proc.stdout
     assert "Traceback" not in proc.stderr and "past the topic's end" not in proc.stderr
 
 
