@@ -112,8 +112,9 @@ class SourceFields(OptionsModel):
         "store) past the partition's last message — the broker's data was reset, another cluster, a "
         "recreated topic — fails with `OffsetsAheadError` naming the position and the end (checked at "
         "the start and for every batch); `false` warns and reads that partition again from its earliest "
-        "message. A reset broker whose new ledger ids reach past the stored position cannot be told "
-        "from a topic that grew: `pipelines offsets show` prints both positions",
+        "message. A reset broker whose new ledger ids reach past the stored position is found by the "
+        "job's durable subscription (it is acknowledged up to every stored position; a new one up to "
+        "nothing): `pipelines run` checks it before starting (docs/jobs.md)",
     )
     wait_for_topic: Flag = option(
         False,
