@@ -263,11 +263,11 @@ def analysis_error(exc: BaseException) -> str:
 
 
 def checkpoint_exists(checkpoint: str, spark: Any = None) -> bool:
-    """Whether ``checkpoint`` holds a query's checkpoint; a remote one is asked through ``spark``
-    (and taken to exist without it)."""
-    if "://" not in checkpoint:
-        return Path(checkpoint.removeprefix("file:"), "metadata").exists()
-    return spark is None or checkpoint_file_exists(f"{checkpoint.rstrip('/')}/metadata", spark)
+    """Whether ``checkpoint`` holds a query's checkpoint; one given as a URI is asked through
+    ``spark`` (and taken to exist without it)."""
+    if "://" in checkpoint and spark is None:
+        return True
+    return checkpoint_file_exists(f"{checkpoint.rstrip('/')}/metadata", spark)
 
 
 # -- progress --------------------------------------------------------------------------------
@@ -537,7 +537,7 @@ def _stream(job: Job, spark: Any) -> int:
     if job.sink.delta is not None:
         eo = exactly_once_job(job)
         target = job.sink.delta.path
-        if not checkpoint_exists(checkpoint):
+        if not checkpoint_exists(checkpoint, spark):  # a URI asked through Spark
             resumed = recover(eo, target)
             if len(resumed):
                 say(f"[{job.name}] no checkpoint: resuming from the offset store {resumed.to_json()}")

@@ -22,7 +22,7 @@ this order:
 Acknowledging before storing keeps one invariant: the job's subscription is
 acknowledged up to (the entry of) every position the store holds. A subscription
 acknowledged less than that was created again — the broker lost its data, or the
-topic was recreated — and :func:`lost_subscriptions` finds it before a run resumes
+topic was recreated — and :func:`pipelines.jobs.preflight.lost_positions` finds it before a run resumes
 at positions that no longer mean what they meant.
 
 A crash between any two steps is repaired by the replay Spark does from its
@@ -123,30 +123,36 @@ def _hadoop_path(path: str, spark: Any) -> tuple[Any, Any]:
     return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
 
 
+def _local(path: str) -> Path:
+    """A plain path or ``file:`` URI as a local path."""
+    rest = path[len("file:") :] if path.startswith("file:") else path
+    return Path(rest[2:] if rest.startswith("//") else rest)
+
+
 def checkpoint_file_exists(path: str, spark: Any = None) -> bool:
-    """Whether a checkpoint file exists: local paths directly, others through ``spark``."""
-    local = path[len("file:") :] if path.startswith("file:") else path
-    if "://" not in local:
-        return Path(local).exists()
+    """Whether a checkpoint file exists: a URI (``file://`` too) through ``spark``'s Hadoop
+    FileSystem, the same calls as for ``s3a://`` or ``abfss://``; a plain path directly."""
+    if "://" not in path:
+        return _local(path).exists()
     if spark is None:
-        raise PipelinesError(f"{path}: looking into a remote checkpoint needs the SparkSession")
+        raise PipelinesError(f"{path}: looking into a checkpoint given as a URI needs the SparkSession")
     fs, hpath = _hadoop_path(path, spark)
     return bool(fs.exists(hpath))
 
 
 def move_aside(checkpoint: str, suffix: str, spark: Any = None) -> str:
-    """Rename the checkpoint directory to ``<checkpoint><suffix>`` (a remote one through ``spark``'s
-    Hadoop FileSystem) and return the new location. Raises PipelinesError when it cannot."""
+    """Rename the checkpoint directory to ``<checkpoint><suffix>`` (one given as a URI through
+    ``spark``'s Hadoop FileSystem) and return the new location. Raises PipelinesError when it
+    cannot."""
     aside = checkpoint.rstrip("/") + suffix
-    local = checkpoint[len("file:") :] if checkpoint.startswith("file:") else checkpoint
-    if "://" not in local:
+    if "://" not in checkpoint:
         try:
-            Path(local).rename(aside[len("file:") :] if aside.startswith("file:") else aside)
+            _local(checkpoint.rstrip("/")).rename(_local(aside))
         except OSError as exc:
             raise PipelinesError(f"{checkpoint}: cannot move the checkpoint aside: {exc}") from exc
         return aside
     if spark is None:
-        raise PipelinesError(f"{checkpoint}: moving a remote checkpoint aside needs the SparkSession")
+        raise PipelinesError(f"{checkpoint}: moving a checkpoint given as a URI needs the SparkSession")
     fs, hpath = _hadoop_path(checkpoint.rstrip("/"), spark)
     if not fs.rename(hpath, spark.sparkContext._jvm.org.apache.hadoop.fs.Path(aside)):
         raise PipelinesError(

@@ -135,7 +135,7 @@ def test_reset_moves_a_remote_checkpoint_aside_through_spark(
     spark: Any, pulsar_broker: Broker, repo_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A checkpoint given as a URI is moved by Spark's Hadoop FileSystem (``file://`` here, the
-    same calls as ``s3a://`` or ``abfss://``), so the run after the reset starts from it."""
+    same calls as for ``s3a://`` or ``abfss://``), so the run after the reset starts from it."""
     url = pulsar_broker.service_url
     monkeypatch.setenv("PULSAR_URL", url)
     checkpoint = ("--set", f"checkpoint=file://{repo_data}/remote-ck")
