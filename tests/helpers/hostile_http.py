@@ -36,7 +36,9 @@ class Request:
 Respond = Callable[[Request], Iterable[bytes | float]]
 
 
-def answer(status: int, body: Any, *, framing: str = "length", headers: dict[str, str] | None = None) -> list[bytes]:
+def answer(
+    status: int, body: Any, *, framing: str = "length", headers: dict[str, str] | None = None
+) -> list[bytes]:
     """A whole answer: ``body`` (bytes, or JSON-encoded) framed by ``framing``: "length"
     (Content-Length), "chunked" (chunks of 1000 bytes) or "close" (ended by closing)."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
