@@ -172,6 +172,6 @@ def _reason(body: bytes) -> str:
     try:
         found = parse_json(body)
     except (ValueError, RecursionError):
-        return body[:200].decode("utf-8", "replace")
+        return " ".join(body[:200].decode("utf-8", "replace").split())
     reason = found.get("reason", "") if isinstance(found, dict) else ""
-    return reason[:500] if isinstance(reason, str) else ""
+    return " ".join(reason[:500].split()) if isinstance(reason, str) else ""
