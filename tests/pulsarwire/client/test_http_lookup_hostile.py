@@ -10,11 +10,12 @@ typed error of the client.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
+from pulsarwire.broker import Broker
 from pulsarwire.client.auth import AuthenticationToken
 from pulsarwire.client.blocking import Client
 from pulsarwire.client.http_lookup import HttpLookup
@@ -25,6 +26,7 @@ from pulsarwire.errors import (
     UnsafeRedirectError,
 )
 from tests.helpers.hostile_http import HostileHttp, Request, answer, redirect
+from tests.helpers.judge import new_topic
 
 TOKEN = "the-clients-bearer-token"
 TOPIC = "persistent://public/default/t"
@@ -215,3 +217,25 @@ def test_malformed_http_answers_are_typed_errors(servers: list[HostileHttp], raw
     with pytest.raises(PulsarWireError) as info:
         partitions_of(service.url)
     assert isinstance(info.value, MalformedLookupAnswerError), repr(info.value)
+
+
+def test_https_lookup_follows_a_pulsar_ssl_broker_url(
+    start_broker: Callable[..., Broker], servers: list[HostileHttp], tls_files: dict[str, Path]
+) -> None:
+    """The control of the refusals above: an https web service answering a pulsar+ssl://
+    brokerUrlTls sends the client over TLS to the broker, and it produces and consumes."""
+    b = start_broker(tls_port=0, tls_cert_file=tls_files["cert"], tls_key_file=tls_files["cert"])
+    body = {"brokerUrl": b.service_url, "brokerUrlTls": f"pulsar+ssl://localhost:{b.tls_port}"}
+
+    def web(r: Request) -> Iterable[bytes]:
+        return answer(200, {"partitions": 0} if "/partitions" in r.target else body)
+
+    service = serve(servers, web, tls_cert=tls_files["cert"])
+    c = client(service.url, tls_files)
+    try:
+        topic = new_topic("https-lookup")
+        consumer = c.subscribe(topic, "s")
+        c.create_producer(topic).send(b"over tls")
+        assert consumer.receive(5000).data() == b"over tls"
+    finally:
+        c.close()
