@@ -272,6 +272,16 @@ class TlsDowngradeError(BadLookupAnswerError):
     the Java client uses only ``brokerServiceUrlTls`` when TLS is on."""
 
 
+class UnsafeRedirectError(BadLookupAnswerError):
+    """The web service redirected an HTTP lookup where it is not followed: to a scheme other than
+    http(s), or from https to cleartext http (as libcurl, requests and httpx refuse)."""
+
+
+class MalformedLookupAnswerError(BadLookupAnswerError):
+    """The web service answered an HTTP lookup with something that is not a lookup answer: not
+    HTTP/1.1, an oversized head or body, not JSON, or JSON of the wrong types or out of range."""
+
+
 class ReachedEndOfTopicError(ClientError):
     """The topic was terminated and every message has been received: nothing more will come."""
 
@@ -400,6 +410,12 @@ class OAuth2Error(LocalCredentialsError):
 
 class IssuerUnreachableError(OAuth2Error):
     """The OAuth2 issuer did not answer (refused, timed out, 5xx) after the bounded retries."""
+
+
+class InsecureIssuerError(OAuth2Error):
+    """The client secret would go out in cleartext: an ``http://`` issuer that is not loopback
+    (without ``allow_insecure_issuer``), or an ``https://`` issuer whose discovery document or a
+    redirect leads to an ``http://`` token endpoint. Nothing was sent there."""
 
 
 class BadCredentialsError(OAuth2Error):

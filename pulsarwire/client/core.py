@@ -32,12 +32,11 @@ from pulsarwire.errors import (
     InvalidBrokerUrlError,
     InvalidConfigurationError,
     PulsarWireError,
-    TlsDowngradeError,
     TooManyRedirectsError,
     server_error,
 )
 from pulsarwire.io.connection import Connection
-from pulsarwire.io.pool import ConnectionPool, TlsOptions, parse_broker_url
+from pulsarwire.io.pool import ConnectionPool, TlsOptions, choose_broker_url, parse_broker_url
 from pulsarwire.naming import TopicName
 from pulsarwire.proto import pb
 
@@ -127,6 +126,7 @@ class AsyncClient:
             tls=tls,
             keepalive_interval=keepalive_interval_seconds,
             connect_timeout=connection_timeout_seconds,
+            credentials_timeout=operation_timeout_seconds,
         )
         self.default_max_message_size = DEFAULT_MAX_MESSAGE_SIZE
         self._producers: list[Producer] = []
@@ -195,25 +195,9 @@ class AsyncClient:
         Raises InvalidBrokerUrlError for a URL that is not ``pulsar[+ssl]://host:port``.
         """
         kind = "redirect" if r.response == pb.CommandLookupTopicResponse.Redirect else "lookup"
-        if self.use_tls:
-            url = r.brokerServiceUrlTls
-            if not url:
-                raise TlsDowngradeError(
-                    f"{kind} of {topic} answered no TLS URL (only {r.brokerServiceUrl or 'nothing'!r}) "
-                    "to a pulsar+ssl:// client; refusing to connect in clear"
-                )
-        else:
-            url = r.brokerServiceUrl
-        try:
-            tls, _host, _port = parse_broker_url(url)
-        except InvalidBrokerUrlError as exc:
-            raise InvalidBrokerUrlError(f"{kind} of {topic} answered a bad broker URL: {exc}") from None
-        if self.use_tls and not tls:
-            raise TlsDowngradeError(
-                f"{kind} of {topic} answered {url!r} as its TLS URL to a pulsar+ssl:// client; "
-                "refusing to connect in clear"
-            )
-        return url
+        return choose_broker_url(
+            f"{kind} of {topic}", r.brokerServiceUrl, r.brokerServiceUrlTls, use_tls=self.use_tls
+        )
 
     async def check_connection(self, timeout: float) -> str:
         """Connect to the service URL once, without retries: the URL that answered.

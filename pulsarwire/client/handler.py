@@ -11,6 +11,9 @@ or refused for good:
 
 * a retriable error (connection refused, ServiceNotReady, a timeout ...) is tried again, for
   as long as it takes: a producer or consumer the user holds never gives up on its own;
+* so is an OAuth2 issuer that does not answer (IssuerUnreachableError), however long past the
+  token's lifetime: the credential comes back with the issuer, as the Java client keeps
+  reconnecting a producer whose creation completed. Only creation fails fast on it;
 * ProducerBusy / ConsumerBusy on a *re*-creation means the broker still holds the old one
   (it has not seen the old connection go): tried again until the operation timeout
   (:func:`~pulsarwire.client.creation.still_held`);
@@ -27,7 +30,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pulsarwire.errors import PulsarWireError, ServerError
+from pulsarwire.errors import IssuerUnreachableError, PulsarWireError, ServerError
 from pulsarwire.protocol.state import HANDLER_TRANSITIONS, HandlerState, transition
 
 from .creation import Creation, still_held
@@ -133,6 +136,7 @@ class Handler:
                 if (
                     not stale
                     and isinstance(exc, PulsarWireError)
+                    and not isinstance(exc, IssuerUnreachableError)
                     and decide(exc, attempt, self.client.retry) is Decision.FAIL
                 ):
                     self._give_up(exc)

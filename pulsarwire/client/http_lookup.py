@@ -9,38 +9,62 @@ then ask over HTTP what they otherwise ask with LOOKUP and PARTITIONED_METADATA 
 * ``GET /lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}`` → ``{"brokerUrl", "brokerUrlTls", ...}``;
 * ``GET /admin/v2/namespaces/{tenant}/{ns}/topics?mode=PERSISTENT`` → the namespace's topics.
 
-:class:`HttpLookup` sends one ``GET`` per connection (``Connection: close``) with the client's
-credential (``Authorization: Bearer TOKEN`` for token authentication), follows redirects (307,
-at most :data:`MAX_REDIRECTS`), reads at most :data:`MAX_RESPONSE_BYTES` within the operation
-timeout, and turns refusals into the ServerError the binary protocol would give: 401
-AuthenticationError, 403 AuthorizationError, 404 TopicNotFound, 5xx ServiceNotReady (retried),
-anything else UnknownError.
+:class:`HttpLookup` sends each ``GET`` with :mod:`pulsarwire.io.http` (h11 framing: answers with
+``Content-Length``, chunked or close-delimited; head and body sizes bounded; one deadline, the
+operation timeout, for the whole request including redirects and the credential). The client's
+credential (``Authorization: Bearer TOKEN`` / ``Basic ...``) goes only to the service URL's
+origin: a redirect elsewhere is followed without it, and a redirect to a non-http(s) scheme or
+from https to http is not followed at all (UnsafeRedirectError). With an ``https://`` service
+URL only ``brokerUrlTls`` is used and it must be ``pulsar+ssl://``
+(:func:`~pulsarwire.io.pool.choose_broker_url`, the binary lookup's rule; TlsDowngradeError).
+
+Refusals become the ServerError the binary protocol would give: 401 AuthenticationError, 403
+AuthorizationError, 404 TopicNotFound, 5xx ServiceNotReady (retried), anything else
+UnknownError. An answer that is not a lookup answer -- malformed HTTP, an oversized head or
+body, not JSON, NaN/Infinity, wrong JSON types, a partition count outside 0..2^31-1 -- is a
+MalformedLookupAnswerError, never a bare ValueError/TypeError.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import json
 import ssl
+import time
 from typing import Any
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, urlsplit
 
-from pulsarwire.errors import PulsarWireError, server_error
+from pulsarwire.errors import (
+    MalformedLookupAnswerError,
+    PulsarWireError,
+    UnsafeRedirectError,
+    server_error,
+)
+from pulsarwire.io import http
 from pulsarwire.io.connection import credentials
+from pulsarwire.io.pool import choose_broker_url
 from pulsarwire.naming import TopicName
 from pulsarwire.proto import pb
 
 E = pb.ServerError
-MAX_REDIRECTS = 20
 #: Largest answer read (a namespace's topic list is the largest one).
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+#: Largest partition count accepted (Pulsar's is a Java int).
+MAX_PARTITIONS = 2**31 - 1
 _STATUS_ERRORS = {401: E.AuthenticationError, 403: E.AuthorizationError, 404: E.TopicNotFound}
 
 
 def is_http_url(url: str) -> bool:
     return urlsplit(url).scheme in ("http", "https")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON: NaN and Infinity refused. Raises ValueError (incl. UnicodeDecodeError)."""
+    return json.loads(raw, parse_constant=_no_constant)
 
 
 class HttpLookup:
@@ -65,94 +89,89 @@ class HttpLookup:
         body = await self.get_json(
             f"/admin/v2/{TopicName.parse(topic).rest_path}/partitions?checkAllowAutoCreation=true"
         )
-        return int(body.get("partitions", 0)) if isinstance(body, dict) else 0
+        n = body.get("partitions", 0) if isinstance(body, dict) else None
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_PARTITIONS:
+            raise MalformedLookupAnswerError(
+                f"partitioned metadata of {topic} from {self.base}: "
+                f"no partition count in 0..{MAX_PARTITIONS} in {_excerpt(body)}"
+            )
+        return n
 
     async def lookup(self, topic: str) -> str:
         """The binary-protocol URL of the broker serving ``topic`` (pulsar+ssl:// for an https service)."""
         body = await self.get_json(f"/lookup/v2/topic/{TopicName.parse(topic).rest_path}")
-        if not isinstance(body, dict):
-            raise server_error(E.MetadataError, f"lookup of {topic}: unexpected answer {body!r:.200}")
-        url = body.get("brokerUrlTls") if self.use_tls else None
-        url = url or body.get("brokerUrl")
-        if not isinstance(url, str) or not url:
-            raise server_error(E.MetadataError, f"lookup of {topic}: no brokerUrl in {body!r:.200}")
-        return url
+        urls: list[str | None] = []
+        for key in ("brokerUrl", "brokerUrlTls"):
+            url = body.get(key) if isinstance(body, dict) else 0
+            if url is not None and not isinstance(url, str):
+                raise MalformedLookupAnswerError(
+                    f"lookup of {topic} from {self.base}: unexpected answer {_excerpt(body)}"
+                )
+            urls.append(url)
+        return choose_broker_url(f"lookup of {topic}", urls[0], urls[1], use_tls=self.use_tls)
 
     async def topics_of_namespace(self, namespace: str) -> list[str]:
         body = await self.get_json(f"/admin/v2/namespaces/{quote(namespace)}/topics?mode=PERSISTENT")
-        return [t for t in body if isinstance(t, str)] if isinstance(body, list) else []
+        if not isinstance(body, list) or not all(isinstance(t, str) for t in body):
+            raise MalformedLookupAnswerError(
+                f"topics of namespace {namespace} from {self.base}: not a list of names: {_excerpt(body)}"
+            )
+        return body
 
     async def get_json(self, path: str) -> Any:
-        """GET ``path`` (following redirects) and decode the JSON answer; raises ServerError subclasses."""
-        url = self.base + path
-        for _hop in range(MAX_REDIRECTS):
-            try:
-                status, headers, body = await asyncio.wait_for(self._get(url), self.timeout)
-            except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
-                raise server_error(E.ServiceNotReady, f"GET {url} failed: {exc}") from None
-            if status in (301, 302, 303, 307, 308) and "location" in headers:
-                url = urljoin(url, headers["location"])
-                continue
-            if status == 200:
-                try:
-                    return json.loads(body)
-                except ValueError:
-                    raise server_error(E.MetadataError, f"GET {url}: the answer is not JSON") from None
-            reason = _reason(body) or f"HTTP {status}"
-            code = _STATUS_ERRORS.get(status, E.ServiceNotReady if status >= 500 else E.UnknownError)
-            raise server_error(code, f"GET {url}: {reason}")
-        raise server_error(E.ServiceNotReady, f"GET {self.base + path}: more than {MAX_REDIRECTS} redirects")
+        """GET ``path`` (following redirects) and decode the JSON answer.
 
-    async def _get(self, url: str) -> tuple[int, dict[str, str], bytes]:
-        parts = urlsplit(url)
-        tls = parts.scheme == "https"
-        port = parts.port or (443 if tls else 80)
-        context = (self.ssl_context or ssl.create_default_context()) if tls else None
-        reader, writer = await asyncio.open_connection(parts.hostname, port, ssl=context)
+        Raises ServerError subclasses for refusals, UnsafeRedirectError, MalformedLookupAnswerError.
+        """
+        url = self.base + path
+        deadline = time.monotonic() + self.timeout
         try:
-            target = parts.path + (f"?{parts.query}" if parts.query else "")
-            lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}", "Accept: application/json"]
-            lines += ["Connection: close", "User-Agent: pulsarwire"]
-            lines += [f"{k}: {v}" for k, v in (await self._auth_headers()).items()]
-            writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-            await writer.drain()
-            head = await reader.readuntil(b"\r\n\r\n")
-            status_line, *header_lines = head.decode("latin-1").split("\r\n")
-            status = int(status_line.split(" ")[1])
-            headers = {}
-            for line in header_lines:
-                name, sep, value = line.partition(":")
-                if sep:
-                    headers[name.strip().lower()] = value.strip()
-            length = headers.get("content-length")
-            if length is not None:
-                size = int(length)
-                if size > MAX_RESPONSE_BYTES:
-                    raise ValueError(f"answer of {size} bytes")
-                body = await reader.readexactly(size)
-            else:
-                body = await reader.read(MAX_RESPONSE_BYTES + 1)
-                if len(body) > MAX_RESPONSE_BYTES:
-                    raise ValueError("answer too large")
-            return status, headers, body
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            answer = await http.request_async(
+                "GET",
+                url,
+                deadline=deadline,
+                headers={"Accept": "application/json"},
+                credentials=await self._auth_headers(),
+                ssl_context=self.ssl_context,
+                max_body=MAX_RESPONSE_BYTES,
+            )
+        except http.RedirectRefused as exc:
+            raise UnsafeRedirectError(f"GET {url}: {exc}") from None
+        except http.HttpError as exc:
+            raise MalformedLookupAnswerError(f"GET {url}: {exc}") from None
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise server_error(E.ServiceNotReady, f"GET {url} failed: {exc or type(exc).__name__}") from None
+        if answer.status == 200:
+            try:
+                return parse_json(answer.body)
+            except (ValueError, RecursionError):
+                raise MalformedLookupAnswerError(f"GET {answer.url}: the answer is not JSON") from None
+        reason = _reason(answer.body) or f"HTTP {answer.status}"
+        code = _STATUS_ERRORS.get(
+            answer.status, E.ServiceNotReady if answer.status >= 500 else E.UnknownError
+        )
+        raise server_error(code, f"GET {answer.url}: {reason}")
 
     async def _auth_headers(self) -> dict[str, str]:
         if self.auth is None or getattr(self.auth, "method", "none") in ("", "none"):
             return {}
         if self.auth.method == "token":
-            return {"Authorization": "Bearer " + (await credentials(self.auth)).decode()}
+            token = await credentials(self.auth, timeout=self.timeout)
+            return {"Authorization": "Bearer " + token.decode()}
         if self.auth.method == "basic":
-            return {"Authorization": "Basic " + base64.b64encode(await credentials(self.auth)).decode()}
+            data = await credentials(self.auth, timeout=self.timeout)
+            return {"Authorization": "Basic " + base64.b64encode(data).decode()}
         raise PulsarWireError(f"authentication method {self.auth.method!r} is not supported over HTTP lookup")
+
+
+def _excerpt(body: Any) -> str:
+    return f"{body!r:.200}"
 
 
 def _reason(body: bytes) -> str:
     try:
-        found = json.loads(body)
-    except ValueError:
-        return body[:200].decode("utf-8", "replace")
-    return str(found.get("reason", "")) if isinstance(found, dict) else ""
+        found = parse_json(body)
+    except (ValueError, RecursionError):
+        return " ".join(body[:200].decode("utf-8", "replace").split())
+    reason = found.get("reason", "") if isinstance(found, dict) else ""
+    return " ".join(reason[:500].split()) if isinstance(reason, str) else ""

@@ -28,17 +28,28 @@ An AUTH_CHALLENGE asks for a new token at once (``refresh=True``) unless one was
 fetched in the last :data:`MIN_REFRESH_INTERVAL` seconds (several connections
 challenged together share one fetch).
 
-HTTP uses the standard library (``urllib``) with TLS verification on. The
-event loop never waits on it: the connection calls :meth:`auth_data_async`,
-which answers from the cache or runs the fetch in a worker thread
-(``asyncio.to_thread``); :meth:`auth_data` is the blocking form.
+HTTP goes through :mod:`pulsarwire.io.http` (h11 framing, TLS verification on). One
+exchange -- connect, TLS handshake, send and the entire answer -- has one deadline,
+``http_timeout``, however slowly the issuer trickles bytes; a caller's ``timeout`` (the
+client passes its operation timeout) bounds the whole fetch with its retries. The event
+loop never waits on it: the connection calls :meth:`auth_data_async`, which answers from
+the cache or runs the fetch in a worker thread (``asyncio.to_thread``); :meth:`auth_data`
+is the blocking form.
+
+The client secret never goes out in cleartext (:class:`~pulsarwire.errors.InsecureIssuerError`,
+nothing sent): an ``http://`` issuer is refused unless it is loopback (``localhost``,
+127.0.0.0/8, ``::1``) or ``allow_insecure_issuer=True``; with an ``https://`` issuer the
+discovery document's ``token_endpoint`` and every redirect must be ``https://``; the token
+request follows only 307/308 within its origin (the form holds the secret). ``expires_in``
+must be a finite positive number.
 
 Failures are typed (:mod:`pulsarwire.errors`), one line each, naming the issuer
 or the file and never the client secret: :class:`~pulsarwire.errors.IssuerUnreachableError`
 (connection refused, timeout, HTTP 5xx/429: retried :data:`DEFAULT_RETRIES`
-times with a growing pause), :class:`~pulsarwire.errors.BadCredentialsError` (HTTP 401 or
-``invalid_client``: not retried), :class:`~pulsarwire.errors.CredentialsFileError`,
-and :class:`~pulsarwire.errors.OAuth2Error` for any other refusal or a malformed answer.
+times with a growing pause, within the caller's timeout), :class:`~pulsarwire.errors.BadCredentialsError`
+(HTTP 401 or ``invalid_client``: not retried), :class:`~pulsarwire.errors.CredentialsFileError`,
+:class:`~pulsarwire.errors.InsecureIssuerError`, and :class:`~pulsarwire.errors.OAuth2Error` for any
+other refusal or a malformed answer.
 """
 
 from __future__ import annotations
@@ -46,14 +57,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import ipaddress
 import json
 import logging
+import math
 import ssl
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -61,9 +72,11 @@ from typing import Any, ClassVar
 from pulsarwire.errors import (
     BadCredentialsError,
     CredentialsFileError,
+    InsecureIssuerError,
     IssuerUnreachableError,
     OAuth2Error,
 )
+from pulsarwire.io import http
 
 log = logging.getLogger("pulsarwire.auth.oauth2")
 
@@ -79,7 +92,7 @@ BACKGROUND_RETRY = 1.0
 DEFAULT_RETRIES = 3
 #: pause before the first retry, doubled for each further one (seconds)
 DEFAULT_RETRY_DELAY = 0.2
-#: seconds for one HTTP exchange with the issuer
+#: seconds for one whole HTTP exchange with the issuer (connect, send, the entire answer)
 DEFAULT_HTTP_TIMEOUT = 10.0
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 MAX_ANSWER_BYTES = 1 << 20
@@ -174,6 +187,7 @@ class AuthenticationOauth2:
         retry_delay: float = DEFAULT_RETRY_DELAY,
         http_timeout: float = DEFAULT_HTTP_TIMEOUT,
         ssl_context: ssl.SSLContext | None = None,
+        allow_insecure_issuer: bool = False,
     ) -> None:
         if auth_params_string is not None:
             params = parse_params(auth_params_string)
@@ -190,6 +204,8 @@ class AuthenticationOauth2:
         if retries < 0:
             raise ValueError("retries must be >= 0")
         self.issuer_url = issuer_url.rstrip("/")
+        self.allow_insecure_issuer = allow_insecure_issuer
+        self._check_cleartext(self.issuer_url, "issuer_url")
         self.private_key = str(private_key)
         self.audience = audience or None
         self.scope = scope or None
@@ -209,19 +225,26 @@ class AuthenticationOauth2:
         self.fetches = 0
 
     # -- the Authentication protocol ------------------------------------------------
-    def auth_data(self, *, refresh: bool = False) -> bytes:
+    def auth_data(self, *, refresh: bool = False, timeout: float | None = None) -> bytes:
         """The current access token, fetched when none is cached, it is about to
-        expire, or ``refresh`` (an AUTH_CHALLENGE) asks for a new one. Blocks on HTTP.
+        expire, or ``refresh`` (an AUTH_CHALLENGE) asks for a new one. Blocks on HTTP,
+        at most ``timeout`` seconds when given (retries included).
 
         Raises the OAuth2Error family.
         """
-        with self._lock:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+            raise IssuerUnreachableError(
+                f"issuer {self.issuer_url}: no token within {timeout:g} s (another fetch is still waiting)",
+                issuer=self.issuer_url,
+            )
+        try:
             token = self._token
             now = time.monotonic()
             if token is not None and not self._wants_fetch(token, now, refresh):
                 return token.value.encode()
             try:
-                token = self._fetch()
+                token = self._fetch(deadline)
             except OAuth2Error as exc:
                 cached = self._token
                 if isinstance(exc, IssuerUnreachableError) and cached is not None and _valid(cached, now):
@@ -230,21 +253,24 @@ class AuthenticationOauth2:
                 raise
             self._token = token
             return token.value.encode()
+        finally:
+            self._lock.release()
 
-    async def auth_data_async(self, *, refresh: bool = False) -> bytes:
-        """:meth:`auth_data` without blocking the event loop: from the cache, or in a thread.
+    async def auth_data_async(self, *, refresh: bool = False, timeout: float | None = None) -> bytes:
+        """:meth:`auth_data` without blocking the event loop: from the cache, or in a thread,
+        waiting at most ``timeout`` seconds when given.
 
         Also schedules the background refresh of the cached token on the running loop.
         """
         self._used = True
-        return await self._get(refresh)
+        return await self._get(refresh, timeout)
 
-    async def _get(self, refresh: bool) -> bytes:
+    async def _get(self, refresh: bool, timeout: float | None = None) -> bytes:
         token = self._token
         if token is not None and not self._wants_fetch(token, time.monotonic(), refresh):
             data = token.value.encode()
         else:
-            data = await asyncio.to_thread(self.auth_data, refresh=refresh)
+            data = await asyncio.to_thread(self.auth_data, refresh=refresh, timeout=timeout)
         self._schedule_refresh()
         return data
 
@@ -302,9 +328,27 @@ class AuthenticationOauth2:
         return token.refresh_at is not None and now >= token.refresh_at
 
     # -- HTTP -------------------------------------------------------------------------
-    def _fetch(self) -> _Token:
+    def _check_cleartext(self, url: str, what: str) -> None:
+        """Refuse ``url`` as a place to send the client secret when it is cleartext http and not
+        allowed: with an https issuer never; with an http issuer only loopback or by opt-in."""
+        if urllib.parse.urlsplit(url).scheme.lower() != "http":
+            return
+        if urllib.parse.urlsplit(self.issuer_url).scheme.lower() == "https":
+            raise InsecureIssuerError(
+                f"issuer {self.issuer_url}: {what} {url[:200]!r} is cleartext http; "
+                "the client secret goes to an https issuer only over https",
+                issuer=self.issuer_url,
+            )
+        if not (self.allow_insecure_issuer or _is_loopback(url)):
+            raise InsecureIssuerError(
+                f"issuer {self.issuer_url}: {what} {url[:200]!r} would send the client secret in cleartext; "
+                "use an https:// issuer (or allow_insecure_issuer=True on a trusted network)",
+                issuer=self.issuer_url,
+            )
+
+    def _fetch(self, deadline: float | None = None) -> _Token:
         creds = _read_credentials(self.private_key, self.issuer_url)
-        endpoint = self._discover()
+        endpoint = self._discover(deadline)
         form = {
             "grant_type": "client_credentials",
             "client_id": creds.client_id,
@@ -317,7 +361,9 @@ class AuthenticationOauth2:
         body = urllib.parse.urlencode(form).encode()
         started = time.monotonic()
         self.fetches += 1
-        answer = self._with_retries("token request", lambda: self._exchange(endpoint, body))
+        answer = self._with_retries(
+            "token request", deadline, lambda until: self._exchange(endpoint, body, until)
+        )
         value = answer.get("access_token")
         if not isinstance(value, str) or not value:
             raise OAuth2Error(
@@ -326,20 +372,21 @@ class AuthenticationOauth2:
         expires_in = answer.get("expires_in")
         if expires_in is None:
             return _Token(value, started, None, None)
-        if isinstance(expires_in, bool) or not isinstance(expires_in, int | float) or expires_in <= 0:
+        lifetime = _positive_seconds(expires_in)
+        if lifetime is None:
             raise OAuth2Error(
-                f"issuer {self.issuer_url}: expires_in is not a positive number", issuer=self.issuer_url
+                f"issuer {self.issuer_url}: expires_in is not a finite positive number ({expires_in!r:.40})",
+                issuer=self.issuer_url,
             )
-        lifetime = float(expires_in)
         # The token's exp claim is whole seconds: count it as ending EXPIRY_SKEW early.
         expires_at = started + max(lifetime - EXPIRY_SKEW, lifetime / 2)
         refresh_at = expires_at - REFRESH_FRACTION * lifetime
         return _Token(value, started, expires_at, refresh_at)
 
-    def _discover(self) -> str:
+    def _discover(self, deadline: float | None) -> str:
         if self._token_endpoint is None:
             url = self.issuer_url + DISCOVERY_PATH
-            doc = self._with_retries("discovery", lambda: self._exchange(url, None))
+            doc = self._with_retries("discovery", deadline, lambda until: self._exchange(url, None, until))
             endpoint = doc.get("token_endpoint")
             if not isinstance(endpoint, str) or urllib.parse.urlsplit(endpoint).scheme not in (
                 "http",
@@ -349,17 +396,24 @@ class AuthenticationOauth2:
                     f"issuer {self.issuer_url}: the discovery document has no http(s) token_endpoint",
                     issuer=self.issuer_url,
                 )
+            self._check_cleartext(endpoint, "the discovery document's token_endpoint")
             self._token_endpoint = endpoint
         return self._token_endpoint
 
-    def _with_retries(self, what: str, attempt: Any) -> dict[str, Any]:
+    def _with_retries(self, what: str, deadline: float | None, attempt: Any) -> dict[str, Any]:
+        """``attempt(until)`` with retries; each attempt ends by ``until`` (``http_timeout`` from its
+        start, never past ``deadline``), and no retry starts after ``deadline``."""
         delay = self.retry_delay
         for n in range(self.retries + 1):
+            until = time.monotonic() + self.http_timeout
+            if deadline is not None:
+                until = min(until, deadline)
             try:
-                result: dict[str, Any] = attempt()
+                result: dict[str, Any] = attempt(until)
                 return result
             except _Retriable as exc:
-                if n == self.retries:
+                left = None if deadline is None else deadline - time.monotonic()
+                if n == self.retries or (left is not None and left <= delay):
                     raise IssuerUnreachableError(
                         f"issuer {self.issuer_url} unreachable ({what}, {n + 1} attempts): {exc}",
                         issuer=self.issuer_url,
@@ -369,45 +423,53 @@ class AuthenticationOauth2:
                 delay *= 2
         raise AssertionError("unreachable")
 
-    def _exchange(self, url: str, body: bytes | None) -> dict[str, Any]:
-        """One GET (no body) or form POST; the JSON object answered. Raises _Retriable or OAuth2Error."""
+    def _exchange(self, url: str, body: bytes | None, until: float) -> dict[str, Any]:
+        """One GET (no body) or form POST (redirects followed safely) finished by ``until``; the JSON
+        object answered. Raises _Retriable or the OAuth2Error family."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/x-www-form-urlencoded"
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST" if body else "GET")
         context = self._ssl if self._ssl is not None else ssl.create_default_context()
         try:
-            with urllib.request.urlopen(request, timeout=self.http_timeout, context=context) as answer:
-                raw = answer.read(MAX_ANSWER_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            self._refused(exc)
+            answer = http.request_sync(
+                "POST" if body is not None else "GET",
+                url,
+                deadline=until,
+                headers=headers,
+                body=body,
+                body_is_credential=body is not None,
+                ssl_context=context,
+                max_body=MAX_ANSWER_BYTES,
+                check_url=lambda target: self._check_cleartext(target, "a redirect to"),
+            )
+        except http.RedirectRefused as exc:
+            raise InsecureIssuerError(f"issuer {self.issuer_url}: {exc}", issuer=self.issuer_url) from None
+        except http.HttpError as exc:
+            raise OAuth2Error(f"issuer {self.issuer_url}: {exc}", issuer=self.issuer_url) from None
         except ssl.SSLCertVerificationError as exc:
             raise IssuerUnreachableError(
                 f"issuer {self.issuer_url}: TLS certificate does not verify: {exc.verify_message}",
                 issuer=self.issuer_url,
             ) from None
-        except urllib.error.URLError as exc:
-            raise _Retriable(str(exc.reason)) from None
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, ValueError) as exc:
             raise _Retriable(str(exc) or type(exc).__name__) from None
-        if len(raw) > MAX_ANSWER_BYTES:
-            raise OAuth2Error(f"issuer {self.issuer_url}: answer larger than 1 MiB", issuer=self.issuer_url)
+        if answer.status != 200:
+            self._refused(answer.status, answer.body)
         try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+            doc = json.loads(answer.body, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
             raise OAuth2Error(
-                f"issuer {self.issuer_url}: answer from {url} is not JSON", issuer=self.issuer_url
+                f"issuer {self.issuer_url}: answer from {answer.url} is not JSON", issuer=self.issuer_url
             ) from None
         if not isinstance(doc, dict):
             raise OAuth2Error(
-                f"issuer {self.issuer_url}: answer from {url} is not a JSON object", issuer=self.issuer_url
+                f"issuer {self.issuer_url}: answer from {answer.url} is not a JSON object",
+                issuer=self.issuer_url,
             )
         return doc
 
-    def _refused(self, exc: urllib.error.HTTPError) -> Any:
-        status = exc.code
-        error = _oauth_error_code(exc)
-        exc.close()
+    def _refused(self, status: int, body: bytes) -> Any:
+        error = _oauth_error_code(body)
         if status >= 500 or status == 429:
             raise _Retriable(f"HTTP {status}") from None
         if status == 401 or error == "invalid_client":
@@ -437,14 +499,39 @@ def _valid(token: _Token, now: float) -> bool:
     return token.expires_at is None or now < token.expires_at
 
 
-def _oauth_error_code(exc: urllib.error.HTTPError) -> str:
+def _oauth_error_code(body: bytes) -> str:
     """The RFC 6749 ``error`` code of a refusal (only the code: descriptions may echo input)."""
     try:
-        doc = json.loads(exc.read(MAX_ANSWER_BYTES))
-    except Exception:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
         return ""
     code = doc.get("error") if isinstance(doc, dict) else None
-    return code if isinstance(code, str) and code.isascii() and len(code) <= 64 else ""
+    return code if isinstance(code, str) and code.isascii() and code.isprintable() and len(code) <= 64 else ""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _positive_seconds(value: Any) -> float | None:
+    """``value`` as a finite positive number of seconds, or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def _is_loopback(url: str) -> bool:
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_params(text: str) -> dict[str, str]:

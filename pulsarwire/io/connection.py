@@ -44,15 +44,19 @@ from pulsarwire.protocol.connection import (
 log = logging.getLogger("pulsarwire.connection")
 
 
-async def credentials(auth: Any, *, refresh: bool = False) -> bytes:
+async def credentials(auth: Any, *, refresh: bool = False, timeout: float | None = None) -> bytes:
     """``auth``'s credential without blocking the loop: its ``auth_data_async`` when it has one
     (a provider that fetches over HTTP), else ``auth_data()``.
 
-    ``refresh`` asks for a new credential (the broker sent AUTH_CHALLENGE). Raises AuthenticationError.
+    ``refresh`` asks for a new credential (the broker sent AUTH_CHALLENGE); ``timeout`` bounds a
+    fetch (the provider's ``auth_data_async`` takes it and raises its own typed error when it
+    passes). Raises AuthenticationError.
     """
     fetch = getattr(auth, "auth_data_async", None)
     if fetch is not None:
-        data: bytes = await fetch(refresh=refresh)
+        data: bytes = await (
+            fetch(refresh=refresh) if timeout is None else fetch(refresh=refresh, timeout=timeout)
+        )
         return data
     data = auth.auth_data()
     return data

@@ -30,6 +30,7 @@ from pulsarwire.errors import (
     NotTlsError,
     PulsarWireError,
     RemoteProtocolError,
+    TlsDowngradeError,
 )
 from pulsarwire.protocol.connection import ClientProtocol
 
@@ -77,6 +78,36 @@ def parse_broker_url(url: str) -> tuple[bool, str, int]:
     return tls, parts.hostname, port or (6651 if tls else 6650)
 
 
+def choose_broker_url(what: str, url: str | None, url_tls: str | None, *, use_tls: bool) -> str:
+    """The broker URL a lookup answer (``url``, ``url_tls``) sends a client to: the one rule of both
+    lookup paths (binary LOOKUP and HTTP lookup). ``what`` names the answer in messages
+    ("lookup of persistent://...").
+
+    A client on TLS (``pulsar+ssl://`` or ``https://`` service URL) uses ``url_tls`` only, as the
+    Java client does, and it must be ``pulsar+ssl://``: anything else would mean talking in clear
+    and raises TlsDowngradeError before any connection. Raises InvalidBrokerUrlError for a URL
+    that is not ``pulsar[+ssl]://host:port``.
+    """
+    if use_tls:
+        if not url_tls:
+            raise TlsDowngradeError(
+                f"{what} answered no TLS URL (only {url or 'nothing'!r}) to a TLS client; "
+                "refusing to connect in clear"
+            )
+        chosen = url_tls
+    else:
+        chosen = url or ""
+    try:
+        tls, _host, _port = parse_broker_url(chosen)
+    except InvalidBrokerUrlError as exc:
+        raise InvalidBrokerUrlError(f"{what} answered a bad broker URL: {exc}") from None
+    if use_tls and not tls:
+        raise TlsDowngradeError(
+            f"{what} answered {chosen!r} as its TLS URL to a TLS client; refusing to connect in clear"
+        )
+    return chosen
+
+
 #: OpenSSL's reasons for a handshake answered with bytes that are not TLS
 _NOT_TLS_REASONS = {"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"}
 
@@ -103,12 +134,15 @@ class ConnectionPool:
         tls: TlsOptions | None = None,
         keepalive_interval: float = 30.0,
         connect_timeout: float = 10.0,
+        credentials_timeout: float | None = None,
     ) -> None:
         self.client_version = client_version
         self.auth = auth
         self.tls = tls or TlsOptions()
         self.keepalive_interval = keepalive_interval
         self.connect_timeout = connect_timeout
+        #: bound on fetching the credential a connection opens with (the client's operation timeout)
+        self.credentials_timeout = credentials_timeout
         self._connections: dict[str, Connection] = {}
         self._pending: dict[str, asyncio.Future[Connection]] = {}
         self._ssl: ssl.SSLContext | None = None
@@ -137,7 +171,9 @@ class ConnectionPool:
     async def _open(self, url: str) -> Connection:
         tls, host, port = parse_broker_url(url)
         method = self.auth.method if self.auth is not None else None
-        data = await credentials(self.auth) if self.auth is not None else None
+        data = (
+            await credentials(self.auth, timeout=self.credentials_timeout) if self.auth is not None else None
+        )
         proto = ClientProtocol(
             client_version=self.client_version,
             auth_method=method,

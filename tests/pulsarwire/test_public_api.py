@@ -153,8 +153,10 @@ EXTRA: dict[str, set[str]] = {
     "Consumer.batch_receive": {"max_num_messages", "max_num_bytes", "timeout_ms"},
     "MessageId.__init__": {"batch_size", "first_chunk_message_id"},
     "MessageId.deserialize": {"data"},
-    # the official JSON string's fields as keywords too, and the HTTP knobs of the token fetch
+    # the official JSON string's fields as keywords too, the HTTP knobs of the token fetch, and the
+    # opt-in to send the client secret to a cleartext http:// issuer that is not loopback
     "AuthenticationOauth2.__init__": {
+        "allow_insecure_issuer",
         "issuer_url",
         "private_key",
         "audience",
