@@ -82,6 +82,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _tenant(text: str) -> tuple[str, tuple[str, ...]]:
+    """An argparse type for ``TENANT[:ROLE,ROLE...]``."""
+    name, _, roles = text.partition(":")
+    try:
+        check_namespace(f"{name}/x")
+    except PolicySyntaxError as exc:
+        raise argparse.ArgumentTypeError(f"{name!r} is not a tenant name: {exc}") from None
+    return name, tuple(r for r in roles.split(",") if r)
+
+
 def _namespace(text: str) -> str:
     try:
         return check_namespace(text)
@@ -193,6 +203,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TENANT/NS",
         help=f"create this namespace (and its tenant) at start, besides {DEFAULT_NAMESPACE}; topics of"
         " namespaces that do not exist are refused with TopicNotFound, as Pulsar (repeatable)",
+    )
+    p.add_argument(
+        "--tenant",
+        type=_tenant,
+        action="append",
+        default=[],
+        metavar="TENANT[:ROLE,...]",
+        help="create this tenant at start with these admin roles (Pulsar's TenantInfo.adminRoles): with"
+        " authentication they may administrate its namespaces, topics and policies (repeatable)",
+    )
+    p.add_argument(
+        "--max-partitions-per-topic",
+        type=int,
+        default=0,
+        metavar="N",
+        help="refuse partitioned topics of more than N partitions (Pulsar's"
+        " maxNumPartitionsPerPartitionedTopic; default 0: only Pulsar's 32-bit limit)",
     )
     p.add_argument(
         "--dedup-policy",
@@ -482,6 +509,8 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         p.error("--connect-timeout must be positive")
     if args.max_connections < 0:
         p.error("--max-connections must be 0 (no limit) or positive")
+    if args.max_partitions_per_topic < 0:
+        p.error("--max-partitions-per-topic must be 0 (no limit) or positive")
     if args.compaction_threshold < 0:
         p.error("--compaction-threshold must be 0 (only when asked) or positive")
     cfg = BrokerConfig(
@@ -512,6 +541,8 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         grants=Grants(tuple(args.grant), frozenset(args.superuser)),
         connect_timeout=args.connect_timeout,
         max_connections=args.max_connections,
+        tenants=dict(args.tenant),
+        max_partitions_per_topic=args.max_partitions_per_topic,
         compaction_threshold=args.compaction_threshold,
         compaction_retain_null_key=args.compaction_retain_null_key,
     )
@@ -519,7 +550,7 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
 
 
 async def _run(args: argparse.Namespace, cfg: BrokerConfig) -> None:
-    if cfg.auth is not None and not cfg.grants:
+    if cfg.auth is not None and not cfg.grants and not any(cfg.tenants.values()):
         log.warning("authentication is on and no --grant or --superuser is given: no role may use any topic")
     broker = Broker(cfg)
     for spec in args.partitioned_topic:

@@ -478,7 +478,13 @@ class ServerConnection(asyncio.Protocol):
         self.service.authorize_topic(self.role, name, needs)
 
     def _authorize_namespace(self, namespace: str, needs: frozenset[Action]) -> None:
-        self.service.authorize(self.role, namespace, needs, namespace)
+        """Refuse a namespace command (AuthorizationError) unless the role holds one of ``needs``;
+        a missing tenant is refused the same way here, as Pulsar's ServerCnx answers any failure
+        of a namespace command's authorization (topic commands answer TopicNotFound)."""
+        try:
+            self.service.authorize(self.role, namespace, needs, namespace)
+        except NotFound:
+            raise self.service.refusal(self.role, namespace, needs, namespace) from None
 
     def on_ping(self, cmd: pb.BaseCommand, _: Any) -> None:
         self.send(new_command(T.PONG)[0])

@@ -58,7 +58,7 @@ from .compaction import CompactionInProgressError
 from .net import listen, url_host
 from .policies import NamespaceNotFound, Policies, PolicySyntaxError, Retention
 from .schemas import Compatibility, IncompatibleSchemaError, InvalidSchemaError, type_name
-from .service import SUPERUSER, BrokerError, BrokerService, NotFound
+from .service import MAX_INT32, SUPERUSER, BrokerError, BrokerService, InvalidPartitions, NotFound
 
 if TYPE_CHECKING:
     from .topic import Topic
@@ -130,6 +130,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/admin/v2/tenants", "list_tenants"),
     Route("GET", "/admin/v2/tenants/{tenant}", "get_tenant"),
     Route("PUT", "/admin/v2/tenants/{tenant}", "create_tenant"),
+    Route("POST", "/admin/v2/tenants/{tenant}", "update_tenant"),
     Route("GET", "/admin/v2/namespaces/{tenant}", "list_namespaces"),
     Route("GET", _NS, "get_namespace"),
     Route("PUT", _NS, "create_namespace"),
@@ -403,6 +404,8 @@ class WebService:
             return _error(_status_of(exc.code), str(exc))
         except NamespaceNotFound:
             return _error(404, "Namespace does not exist")
+        except InvalidPartitions as exc:
+            return _error(406, str(exc))
         except (InvalidTopicName, PolicySyntaxError) as exc:
             return _error(412, str(exc))
         except Exception as exc:  # a broker bug or an unforeseen input: that request fails
@@ -463,6 +466,14 @@ class WebService:
             raise HttpError(400, f"the body must be {what}")
         return value
 
+    def _body_int(self, request: Request, what: str, most: int) -> int:
+        """A body that is one integer of Java's type up to ``most`` (int: 2**31-1, long: 2**63-1),
+        as Jackson reads it; 400 otherwise."""
+        value = self._body_json(request, int, what)
+        if not -most - 1 <= value <= most:
+            raise HttpError(400, f"the body must be {what}, at most {most}")
+        return cast(int, value)
+
     def _update_policies(self, scope: str, **changes: Any) -> None:
         self.service.update_policies(scope, **changes)
 
@@ -498,18 +509,43 @@ class WebService:
         self._authorize(request, "", SUPERUSER, "administrate tenants")
         if not self.service.namespaces.has_tenant(p["tenant"]):
             raise HttpError(404, "Tenant does not exist")
-        return Response(200, {"adminRoles": [], "allowedClusters": [self.service.name]})
+        return Response(
+            200,
+            {"adminRoles": self.service.namespaces.admin_roles(p["tenant"]), "allowedClusters": [self.service.name]},
+        )
+
+    def _admin_roles(self, request: Request) -> list[str] | None:
+        """The ``adminRoles`` of a TenantInfo body (None: no body); 400 when it is not a list of names."""
+        if not request.body:
+            return None
+        body = self._body_json(request, dict, "a TenantInfo object")
+        roles = body.get("adminRoles") or []
+        if not isinstance(roles, list) or not all(isinstance(r, str) and r for r in roles):
+            raise HttpError(400, "adminRoles must be a list of role names")
+        clusters = body.get("allowedClusters")
+        if clusters is not None and (
+            not isinstance(clusters, list) or any(c != self.service.name for c in clusters)
+        ):
+            raise HttpError(412, f"Clusters do not exist: only {self.service.name} is known")
+        return roles
 
     def on_create_tenant(self, request: Request, p: dict[str, str]) -> Response:
         self._authorize(request, "", SUPERUSER, "administrate tenants")
-        if request.body:
-            self._body_json(request, dict, "a TenantInfo object")
-        if not self.service.create_tenant(p["tenant"]):
+        roles = self._admin_roles(request)
+        if not self.service.create_tenant(p["tenant"], roles or ()):
             raise HttpError(409, "Tenant already exists")
         return Response(204)
 
-    def on_list_namespaces(self, request: Request, p: dict[str, str]) -> Response:
+    def on_update_tenant(self, request: Request, p: dict[str, str]) -> Response:
         self._authorize(request, "", SUPERUSER, "administrate tenants")
+        roles = self._admin_roles(request)
+        if not self.service.namespaces.has_tenant(p["tenant"]):
+            raise HttpError(404, "Tenant does not exist")
+        self.service.set_tenant_admins(p["tenant"], roles or ())
+        return Response(204)
+
+    def on_list_namespaces(self, request: Request, p: dict[str, str]) -> Response:
+        self._authorize(request, f"{p['tenant']}/", SUPERUSER, "list the namespaces of the tenant")
         tenant = p["tenant"]
         if not self.service.namespaces.has_tenant(tenant):
             raise HttpError(404, "Tenant does not exist")
@@ -612,9 +648,7 @@ class WebService:
 
     def on_create_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "create topics")
-        partitions = self._body_json(request, int, "the number of partitions")
-        if partitions <= 0:
-            raise HttpError(406, "Number of partitions should be more than 0")
+        partitions = self._body_int(request, "the number of partitions", MAX_INT32)
         full = str(name)
         if name.partition_index >= 0:
             raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
@@ -625,7 +659,7 @@ class WebService:
 
     def on_update_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "update topics")
-        partitions = self._body_json(request, int, "the number of partitions")
+        partitions = self._body_int(request, "the number of partitions", MAX_INT32)
         full = str(name)
         current = self.service.partition_count(full)
         if current is None:
