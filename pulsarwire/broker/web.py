@@ -40,14 +40,17 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import http
 import json
+import http
 import logging
+import resource
 import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
+
+import h11
 
 from pulsarwire.errors import AuthenticationError, InvalidTopicName, PulsarWireError
 from pulsarwire.naming import DOMAINS, TopicName
@@ -69,8 +72,11 @@ log = logging.getLogger("pulsarwire.broker.web")
 MAX_HEAD_BYTES = 8 * 1024
 #: Most header lines in one request; above: 431.
 MAX_HEADERS = 100
-#: Most HTTP connections at once (each costs a task and buffers); beyond: 503 and close.
+#: Most HTTP connections at once (each costs a task and buffers); beyond: 503 and close. Lowered
+#: to a quarter of the process's descriptor limit (see :func:`web_connection_cap`).
 MAX_HTTP_CONNECTIONS = 1024
+#: Largest Content-Length (a Java long, as Jetty reads it); above: 400.
+MAX_INT64 = 2**63 - 1
 #: Pulsar's reasons for what a request names and does not exist (the service's NotFound.what).
 _NOT_FOUND = {
     "tenant": "Tenant does not exist",
@@ -91,6 +97,16 @@ _SCHEMA_TYPES["PROTOBUF_NATIVE"] = pb.Schema.ProtobufNative
 _SCHEMA_TYPES["LOCAL_DATE"] = pb.Schema.LocalDate
 _SCHEMA_TYPES["LOCAL_TIME"] = pb.Schema.LocalTime
 _SCHEMA_TYPES["LOCAL_DATE_TIME"] = pb.Schema.LocalDateTime
+
+
+def web_connection_cap() -> int:
+    """Most HTTP connections at once: :data:`MAX_HTTP_CONNECTIONS`, and at most a quarter of the
+    process's open-file limit, so that web clients can never take the descriptors the binary
+    listener, the logs and the stored topics need."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_HTTP_CONNECTIONS
+    return max(1, min(MAX_HTTP_CONNECTIONS, soft // 4))
 
 
 class HttpError(PulsarWireError):
@@ -208,13 +224,6 @@ class Request:
     body: bytes = b""
     #: the authenticated role (None: no authentication on the broker)
     role: str | None = None
-    version: str = "HTTP/1.1"
-
-    @property
-    def keep_alive(self) -> bool:
-        """HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 only when asked to keep it."""
-        connection = self.headers.get("connection", "").lower()
-        return connection == "keep-alive" if self.version == "HTTP/1.0" else connection != "close"
 
     def json(self) -> Any:
         """The body as JSON; raises HttpError 400 when it is not."""
@@ -234,7 +243,8 @@ class Response:
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
 
-    def encode(self, keep_alive: bool) -> bytes:
+    def events(self, close: bool) -> list[h11.Response | h11.Data | h11.EndOfMessage]:
+        """The h11 events of this answer (``close``: the connection ends after it)."""
         if self.body is None:
             data = b""
         elif isinstance(self.body, bytes):
@@ -243,16 +253,18 @@ class Response:
             data = self.body.encode()
         else:
             data = json.dumps(self.body).encode()
+        headers = [("Content-Length", str(len(data)))]
+        if data:
+            headers.append(("Content-Type", self.content_type))
+        headers.extend(self.headers.items())
+        if close:
+            headers.append(("Connection", "close"))
         try:
             phrase = http.HTTPStatus(self.status).phrase
         except ValueError:
             phrase = "Unknown"
-        lines = [f"HTTP/1.1 {self.status} {phrase}", f"Content-Length: {len(data)}"]
-        if data:
-            lines.append(f"Content-Type: {self.content_type}")
-        lines.extend(f"{k}: {v}" for k, v in self.headers.items())
-        lines.append(f"Connection: {'keep-alive' if keep_alive else 'close'}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
+        head = h11.Response(status_code=self.status, headers=headers, reason=phrase)
+        return [head, h11.Data(data=data), h11.EndOfMessage()]
 
 
 #: HTTP statuses of the service's refusals (ServerError codes) other than NotFound.
@@ -286,6 +298,7 @@ class WebService:
         self.port = 0
         self.requests = 0
         self.refused = 0
+        self.max_connections = web_connection_cap()
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self, host: str, port: int) -> None:
@@ -322,68 +335,86 @@ class WebService:
     # -- connection ------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.service.config
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         try:
-            if len(self._tasks) > MAX_HTTP_CONNECTIONS:
+            if len(self._tasks) > self.max_connections:
                 self.refused += 1
-                writer.write(_error(503, "too many HTTP connections").encode(keep_alive=False))
+                self._send(conn, writer, _error(503, "too many HTTP connections"), close=True)
                 return
+            # A connection's first request has the connect deadline to start; later ones may wait
+            # keepalive_seconds (idle between requests).
+            idle = cfg.connect_timeout
             while True:
                 try:
-                    request = await self._read_request(reader, cfg.keepalive_seconds, cfg.connect_timeout)
+                    request = await self._read_request(conn, reader, idle, cfg.connect_timeout)
                 except HttpError as exc:
-                    writer.write(_error(exc.status, exc.reason).encode(keep_alive=False))
+                    self._send(conn, writer, _error(exc.status, exc.reason), close=True)
+                    await asyncio.wait_for(writer.drain(), cfg.connect_timeout)
                     return
                 response = self.handle(request)
-                keep_alive = request.keep_alive
-                writer.write(response.encode(keep_alive))
+                self._send(conn, writer, response, close=False)
                 await asyncio.wait_for(writer.drain(), cfg.connect_timeout)
-                if not keep_alive:
-                    return
-        except (_Close, ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return  # HTTP/1.0, Connection: close, or a body left unread
+                conn.start_next_cycle()
+                idle = cfg.keepalive_seconds
+        except (_Close, ConnectionError, TimeoutError, asyncio.IncompleteReadError, h11.LocalProtocolError):
             pass
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _read_request(self, reader: asyncio.StreamReader, idle: float, deadline: float) -> Request:
-        """One request: the head within ``deadline`` seconds of its first byte, then its body."""
-        try:
-            first = await asyncio.wait_for(reader.read(1), idle)
-        except TimeoutError:
-            raise _Close() from None
-        if not first:
+    @staticmethod
+    def _send(conn: h11.Connection, writer: asyncio.StreamWriter, response: Response, *, close: bool) -> None:
+        if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             raise _Close()
-        if not first.isalpha():  # a request line starts with its method: another protocol's bytes
-            raise HttpError(400, "Bad Request: not an HTTP request")
+        for event in response.events(close):
+            writer.write(conn.send(event) or b"")
+
+    async def _read_request(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, idle: float, deadline: float
+    ) -> Request:
+        """One request: its first byte within ``idle`` seconds, then the whole request (head and
+        body) within ``deadline`` seconds of that byte. Framing is h11's: a malformed request line,
+        header or Content-Length (also two that disagree) is 400, a head over MAX_HEAD_BYTES 431."""
         loop = asyncio.get_running_loop()
-        ends = loop.time() + deadline
-        try:
-            head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), deadline)
-        except asyncio.LimitOverrunError:
-            raise HttpError(431, "Request Header Fields Too Large") from None
-        except (ValueError, asyncio.IncompleteReadError):
-            raise HttpError(431, "Request Header Fields Too Large") from None
-        except TimeoutError:
-            raise HttpError(408, "Request Timeout") from None
-        if len(head) > MAX_HEAD_BYTES:
-            raise HttpError(431, "Request Header Fields Too Large")
-        request = _parse_head(head)
-        if "transfer-encoding" in request.headers:
-            raise HttpError(411, "a body needs Content-Length (chunked bodies are not accepted)")
-        length_text = request.headers.get("content-length", "0").strip()
-        if not length_text.isdigit() or len(length_text) > 18:
-            raise HttpError(400, "bad Content-Length")
-        length = int(length_text)
-        if length > self.service.config.max_message_size:
-            raise HttpError(413, f"the body is over {self.service.config.max_message_size} bytes")
-        if length:
+        ends: float | None = None
+        head: h11.Request | None = None
+        body = bytearray()
+        limit = self.service.config.max_message_size
+        while True:
             try:
-                request.body = await asyncio.wait_for(
-                    reader.readexactly(length), max(0.0, ends - loop.time())
-                )
-            except TimeoutError:
-                raise HttpError(408, "Request Timeout") from None
-        return request
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                status = exc.error_status_hint
+                raise HttpError(status, "Request Header Fields Too Large" if status == 431 else f"Bad Request: {exc}")
+            if event is h11.NEED_DATA:
+                wait = idle if ends is None else max(0.0, ends - loop.time())
+                try:
+                    data = await asyncio.wait_for(reader.read(65536), wait)
+                except TimeoutError:
+                    if ends is None:
+                        raise _Close() from None
+                    raise HttpError(408, "Request Timeout") from None
+                if ends is None and data:
+                    if not data[:1].isalpha():  # a request line starts with its method: another protocol
+                        raise HttpError(400, "Bad Request: not an HTTP request")
+                    ends = loop.time() + deadline
+                if not data and ends is None:
+                    raise _Close()
+                conn.receive_data(data)
+            elif isinstance(event, h11.Request):
+                head = event
+                _check_head(event, limit)
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > limit:
+                    raise HttpError(413, f"the body is over {limit} bytes")
+            elif isinstance(event, h11.EndOfMessage):
+                assert head is not None
+                return _request_of(head, bytes(body))
+            elif isinstance(event, h11.ConnectionClosed):
+                raise _Close()
 
     # -- dispatch ----------------------------------------------------------------------
     def handle(self, request: Request) -> Response:
@@ -873,29 +904,30 @@ class WebService:
         return Response(202, {"isCompatibility": compatible, "schemaCompatibilityStrategy": strategy.name})
 
 
-def _parse_head(head: bytes) -> Request:
-    """The request line and headers; raises HttpError 400 (malformed) or 431 (too many headers)."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-        raise HttpError(400, "Bad Request") from None
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[0].isalpha():
-        raise HttpError(400, "Bad Request: malformed request line")
-    method, target, version = parts
-    headers: dict[str, str] = {}
-    header_lines = [line for line in lines[1:] if line]
-    if len(header_lines) > MAX_HEADERS:
+def _check_head(head: h11.Request, limit: int) -> None:
+    """Refuse a head before its body is read: 431 (too many header lines), 400 (a Content-Length
+    past a Java long), 413 (a Content-Length over ``limit``)."""
+    if len(head.headers) > MAX_HEADERS:
         raise HttpError(431, "Request Header Fields Too Large")
-    for line in header_lines:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise HttpError(400, "Bad Request: malformed header")
-        headers[name.lower()] = value.strip()
-    split = urllib.parse.urlsplit(target)
+    for name, value in head.headers:
+        if name == b"content-length":  # h11 checked it is digits and agrees with any other
+            length = int(value)
+            if length > MAX_INT64:
+                raise HttpError(400, "bad Content-Length")
+            if length > limit:
+                raise HttpError(413, f"the body is over {limit} bytes")
+
+
+def _request_of(head: h11.Request, body: bytes) -> Request:
+    """The :class:`Request` of an h11 request head and its body."""
+    headers: dict[str, str] = {}
+    for name, value in head.headers:
+        key = name.decode("latin-1")
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    split = urllib.parse.urlsplit(head.target.decode("latin-1"))
     query = {k: v for k, v in urllib.parse.parse_qsl(split.query, keep_blank_values=True)}
-    return Request(method.upper(), split.path, query, headers, version=version)
+    return Request(head.method.decode("latin-1").upper(), split.path, query, headers, body)
 
 
 def _retention(body: dict[str, Any]) -> Retention:
