@@ -128,6 +128,9 @@ class Route:
     handler: str
     #: whether the caller must authenticate (everything but /metrics)
     authenticated: bool = True
+    #: whether it reads a JSON body (then another Content-Type is 415, as Pulsar's
+    #: ``@Consumes(MediaType.APPLICATION_JSON)`` resources answer)
+    body: bool = False
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -145,23 +148,23 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", "lookup"),
     Route("GET", "/admin/v2/tenants", "list_tenants"),
     Route("GET", "/admin/v2/tenants/{tenant}", "get_tenant"),
-    Route("PUT", "/admin/v2/tenants/{tenant}", "create_tenant"),
-    Route("POST", "/admin/v2/tenants/{tenant}", "update_tenant"),
+    Route("PUT", "/admin/v2/tenants/{tenant}", "create_tenant", body=True),
+    Route("POST", "/admin/v2/tenants/{tenant}", "update_tenant", body=True),
     Route("GET", "/admin/v2/namespaces/{tenant}", "list_namespaces"),
     Route("GET", _NS, "get_namespace"),
-    Route("PUT", _NS, "create_namespace"),
+    Route("PUT", _NS, "create_namespace", body=True),
     Route("GET", _NS + "/topics", "namespace_topics"),
     Route("GET", _NS + "/deduplication", "get_namespace_deduplication"),
-    Route("POST", _NS + "/deduplication", "set_namespace_deduplication"),
+    Route("POST", _NS + "/deduplication", "set_namespace_deduplication", body=True),
     Route("GET", _NS + "/retention", "get_namespace_retention"),
-    Route("POST", _NS + "/retention", "set_namespace_retention"),
+    Route("POST", _NS + "/retention", "set_namespace_retention", body=True),
     Route("GET", _NS + "/schemaCompatibilityStrategy", "get_namespace_compatibility"),
-    Route("PUT", _NS + "/schemaCompatibilityStrategy", "set_namespace_compatibility"),
+    Route("PUT", _NS + "/schemaCompatibilityStrategy", "set_namespace_compatibility", body=True),
     Route("GET", "/admin/v2/{domain}/{tenant}/{namespace}", "list_topics"),
     Route("GET", "/admin/v2/{domain}/{tenant}/{namespace}/partitioned", "list_partitioned_topics"),
     Route("GET", _TOPIC + "/partitions", "get_partitions"),
-    Route("PUT", _TOPIC + "/partitions", "create_partitioned_topic"),
-    Route("POST", _TOPIC + "/partitions", "update_partitioned_topic"),
+    Route("PUT", _TOPIC + "/partitions", "create_partitioned_topic", body=True),
+    Route("POST", _TOPIC + "/partitions", "update_partitioned_topic", body=True),
     Route("DELETE", _TOPIC + "/partitions", "delete_partitioned_topic"),
     Route("PUT", _TOPIC, "create_topic"),
     Route("DELETE", _TOPIC, "delete_topic"),
@@ -175,13 +178,13 @@ ROUTES: tuple[Route, ...] = (
     Route("PUT", _TOPIC + "/compaction", "trigger_compaction"),
     Route("GET", _TOPIC + "/compaction", "compaction_status"),
     Route("GET", _TOPIC + "/deduplicationEnabled", "get_topic_deduplication"),
-    Route("POST", _TOPIC + "/deduplicationEnabled", "set_topic_deduplication"),
+    Route("POST", _TOPIC + "/deduplicationEnabled", "set_topic_deduplication", body=True),
     Route("DELETE", _TOPIC + "/deduplicationEnabled", "remove_topic_deduplication"),
     Route("GET", _SCHEMA, "get_schema"),
     Route("GET", _SCHEMA + "/{version}", "get_schema_version"),
-    Route("POST", _SCHEMA, "post_schema"),
+    Route("POST", _SCHEMA, "post_schema", body=True),
     Route("DELETE", _SCHEMA, "delete_schema"),
-    Route("POST", "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility", "test_compatibility"),
+    Route("POST", "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility", "test_compatibility", body=True),
 )
 
 
@@ -425,6 +428,8 @@ class WebService:
             route, params = match_route(request.method, segments)
             if route.authenticated:
                 request.role = self._authenticate(request)
+            if route.body:
+                _require_json(request)
             handler: Callable[[Request, dict[str, str]], Response] = getattr(self, "on_" + route.handler)
             return handler(request, params)
         except HttpError as exc:
@@ -777,10 +782,7 @@ class WebService:
 
     def on_reset_cursor(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, CONSUME, "reset cursors")
-        text = p["timestamp"]
-        if not text.lstrip("-").isdigit() or len(text) > 20:
-            raise HttpError(400, f"timestamp {text!r} is not a number of milliseconds")
-        timestamp = int(text)
+        timestamp = _path_long(p["timestamp"], "timestamp", "a number of milliseconds")
         for topic, sub in self._subscriptions(name, p["subscription"]):
             position = topic.position_before_index(topic.log.index_by_publish_time(timestamp))
             self.service.reset_subscription(topic, sub, position)
@@ -840,10 +842,10 @@ class WebService:
 
     def on_get_schema_version(self, request: Request, p: dict[str, str]) -> Response:
         topic = self._schema_topic(request, p, LOOKUP, "get schemas")
-        text = p["version"]
-        if not text.isdigit() or len(text) > 19:
-            raise HttpError(400, f"schema version {text!r} is not a number")
-        return self._schema_answer(topic, int(text))
+        version = _path_long(p["version"], "schema version", "a number")
+        if version < 0:
+            raise HttpError(400, f"schema version {version} is not a version")
+        return self._schema_answer(topic, version)
 
     def _schema_answer(self, topic: str, version: int | None) -> Response:
         found = self.service.schemas.get(topic, version)
@@ -904,6 +906,25 @@ class WebService:
         return Response(202, {"isCompatibility": compatible, "schemaCompatibilityStrategy": strategy.name})
 
 
+def _require_json(request: Request) -> None:
+    """415 unless a body (or a declared one) is ``application/json``, as JAX-RS refuses an entity
+    of another media type (and one without a type, read as application/octet-stream)."""
+    declared = request.headers.get("content-type")
+    if not request.body and declared is None:
+        return
+    media = (declared or "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise HttpError(415, f"Unsupported Media Type: {declared or 'none'} (send application/json)")
+
+
+def _path_long(text: str, name: str, what: str) -> int:
+    """A path value Pulsar reads as a Java long (ASCII digits, an optional minus); 400 otherwise."""
+    digits = text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 19) or int(digits) > MAX_INT64:
+        raise HttpError(400, f"{name} {text[:40]!r} is not {what}")
+    return int(text)
+
+
 def _check_head(head: h11.Request, limit: int) -> None:
     """Refuse a head before its body is read: 431 (too many header lines), 400 (a Content-Length
     past a Java long), 413 (a Content-Length over ``limit``)."""
@@ -931,8 +952,12 @@ def _request_of(head: h11.Request, body: bytes) -> Request:
 
 
 def _retention(body: dict[str, Any]) -> Retention:
-    """A RetentionPolicies object; raises HttpError 412 for values below -1 or not numbers."""
+    """A RetentionPolicies object; raises HttpError 400 for values past Pulsar's types (minutes:
+    int, size: long), 412 for values below -1 or not numbers."""
     minutes, size = body.get("retentionTimeInMinutes", 0), body.get("retentionSizeInMB", 0)
+    for value, most in ((minutes, MAX_INT32), (size, MAX_INT64)):
+        if isinstance(value, int) and value > most:
+            raise HttpError(400, f"retention value {value} is past {most}, Pulsar's largest")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= -1 for v in (minutes, size)):
         raise HttpError(
             412, "Invalid retention policy: retentionTimeInMinutes and retentionSizeInMB are -1 or more"
