@@ -18,6 +18,7 @@ import logging
 import re
 import time
 from collections import deque
+from functools import partial
 from typing import Any, cast
 
 from pulsarwire._version import __version__
@@ -117,6 +118,8 @@ class ServerConnection(asyncio.Protocol):
         self.writable = True
         #: a liveness check in progress (PING sent, PONG awaited): every asker shares it
         self._liveness: asyncio.Future[bool] | None = None
+        #: a CONNECT's credential being checked off the loop: frames behind it wait in the decoder
+        self._authenticating: asyncio.Future[Identity] | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -222,7 +225,7 @@ class ServerConnection(asyncio.Protocol):
         self.last_seen = time.monotonic()
         self._ping_outstanding = False
         self.decoder.feed(data)
-        while self.transport is not None:
+        while self.transport is not None and self._authenticating is None:
             try:
                 frame = self.decoder.next_frame()
             except PayloadError as exc:
@@ -387,16 +390,40 @@ class ServerConnection(asyncio.Protocol):
         self.protocol_version = min(c.protocol_version, PROTOCOL_VERSION)
         self.end_of_topic_notices = understands_end_of_topic(c.client_version)
         auth = self.service.config.auth
-        if auth is not None:
-            try:
-                identity = auth.authenticate(c.auth_method_name, c.auth_data, time.time(), self.peer_cert)
-            except AuthenticationError as exc:
-                self.service.auth_failures += 1
-                log.info("authentication failed for %s: %s", self.peer, exc)
-                self._error(2**64 - 1, E.AuthenticationError, str(exc))  # request id -1, as Pulsar
-                self.close()
-                return
-            self._set_identity(identity)
+        if auth is None:
+            self._connected()
+            return
+        # The credential is checked in a worker thread (a password hash costs milliseconds): the
+        # loop serves other connections meanwhile, and this one reads nothing until it is done.
+        assert self.transport is not None
+        self.transport.pause_reading()
+        loop = asyncio.get_running_loop()
+        check = partial(auth.authenticate, c.auth_method_name, c.auth_data, time.time(), self.peer_cert)
+        self._authenticating = loop.run_in_executor(None, check)
+        self._authenticating.add_done_callback(self._authenticated)
+
+    def _authenticated(self, done: asyncio.Future[Identity]) -> None:
+        self._authenticating = None
+        if self.transport is None or done.cancelled():
+            return
+        exc = done.exception()
+        if isinstance(exc, AuthenticationError):
+            self.service.auth_failures += 1
+            log.info("authentication failed for %s: %s", self.peer, exc)
+            self._error(2**64 - 1, E.AuthenticationError, str(exc))  # request id -1, as Pulsar
+            self.close()
+            return
+        if exc is not None:
+            log.error("closing %s: authentication failed unexpectedly", self.peer, exc_info=exc)
+            self._error(2**64 - 1, E.AuthenticationError, "authentication failed")
+            self.close()
+            return
+        self._set_identity(done.result())
+        self._connected()
+        self.transport.resume_reading()
+        self.data_received(b"")  # the frames that came behind CONNECT
+
+    def _connected(self) -> None:
         if self._connect_deadline is not None:
             self._connect_deadline.cancel()
             self._connect_deadline = None

@@ -179,7 +179,7 @@ class Namespaces:
         return sorted(self._admins.get(tenant, ()))
 
     def set_admin_roles(self, tenant: str, roles: Iterable[str]) -> None:
-        """Replace the admin roles of ``tenant`` (created when it does not exist); raises PolicySyntaxError."""
+        """Replace the admin roles of ``tenant`` (created when missing); raises PolicySyntaxError."""
         check_namespace(f"{tenant}/x")
         self._tenants.add(tenant)
         self._admins[tenant] = frozenset(roles)
@@ -293,7 +293,9 @@ def write_state(data_dir: Path, namespaces: Namespaces) -> None:
     """Keep the tenants created on their own and every scope's policies in ``data_dir``. Raises OSError."""
     state = {
         "tenants": namespaces.own_tenants(),
-        "admin_roles": {t: namespaces.admin_roles(t) for t in namespaces.own_tenants() if namespaces.admin_roles(t)},
+        "admin_roles": {
+            t: namespaces.admin_roles(t) for t in namespaces.own_tenants() if namespaces.admin_roles(t)
+        },
         "policies": {k: _policies_json(p) for k, p in sorted(namespaces.scoped_policies().items())},
     }
     path = data_dir / STATE_FILE

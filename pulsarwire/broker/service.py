@@ -31,10 +31,10 @@ import json
 import logging
 import secrets
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any, Protocol, cast
 
 from pulsarwire.errors import PulsarWireError
@@ -189,11 +189,16 @@ class BrokerService:
             self.partitioned = {k: int(v) for k, v in json.loads(path.read_text()).items()}
         if self.cluster is None:  # a cluster's brokers share one registry (Cluster sets it)
             names = [*cfg.namespaces, *(read_names(cfg.data_dir) if cfg.data_dir is not None else [])]
-            tenants, kept, admins = read_state(cfg.data_dir, names) if cfg.data_dir is not None else ([], {}, {})
+            tenants, kept, admins = (
+                read_state(cfg.data_dir, names) if cfg.data_dir is not None else ([], {}, {})
+            )
             # Policies and tenants set at run time (admin REST API) are kept; the flags of this start
             # win over them.
             self.namespaces = Namespaces(
-                names, {**kept, **cfg.policies}, tenants, {**admins, **{t: list(r) for t, r in cfg.tenants.items()}}
+                names,
+                {**kept, **cfg.policies},
+                tenants,
+                {**admins, **{t: list(r) for t, r in cfg.tenants.items()}},
             )
 
     def keep_namespaces(self) -> None:

@@ -40,14 +40,15 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import json
 import http
+import json
 import logging
 import resource
 import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 import h11
@@ -184,7 +185,12 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", _SCHEMA + "/{version}", "get_schema_version"),
     Route("POST", _SCHEMA, "post_schema", body=True),
     Route("DELETE", _SCHEMA, "delete_schema"),
-    Route("POST", "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility", "test_compatibility", body=True),
+    Route(
+        "POST",
+        "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility",
+        "test_compatibility",
+        body=True,
+    ),
 )
 
 
@@ -354,7 +360,7 @@ class WebService:
                     self._send(conn, writer, _error(exc.status, exc.reason), close=True)
                     await asyncio.wait_for(writer.drain(), cfg.connect_timeout)
                     return
-                response = self.handle(request)
+                response = await self.handle(request)
                 self._send(conn, writer, response, close=False)
                 await asyncio.wait_for(writer.drain(), cfg.connect_timeout)
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
@@ -390,7 +396,8 @@ class WebService:
                 event = conn.next_event()
             except h11.RemoteProtocolError as exc:
                 status = exc.error_status_hint
-                raise HttpError(status, "Request Header Fields Too Large" if status == 431 else f"Bad Request: {exc}")
+                reason = "Request Header Fields Too Large" if status == 431 else f"Bad Request: {exc}"
+                raise HttpError(status, reason) from None
             if event is h11.NEED_DATA:
                 wait = idle if ends is None else max(0.0, ends - loop.time())
                 try:
@@ -420,14 +427,14 @@ class WebService:
                 raise _Close()
 
     # -- dispatch ----------------------------------------------------------------------
-    def handle(self, request: Request) -> Response:
-        """Answer one request (runs on the broker's loop; never raises)."""
+    async def handle(self, request: Request) -> Response:
+        """Answer one request (runs on the broker's loop, but for the credential's check; never raises)."""
         self.requests += 1
         try:
             segments = [urllib.parse.unquote(s) for s in request.path.strip("/").split("/")]
             route, params = match_route(request.method, segments)
             if route.authenticated:
-                request.role = self._authenticate(request)
+                request.role = await self._authenticate(request)
             if route.body:
                 _require_json(request)
             handler: Callable[[Request, dict[str, str]], Response] = getattr(self, "on_" + route.handler)
@@ -448,7 +455,9 @@ class WebService:
             log.error("%s %s failed unexpectedly", request.method, request.path, exc_info=exc)
             return _error(500, f"{type(exc).__name__}: {str(exc)[:200]}")
 
-    def _authenticate(self, request: Request) -> str | None:
+    async def _authenticate(self, request: Request) -> str | None:
+        """The role of the request's credential, checked in a worker thread (a password hash costs
+        milliseconds: other requests and connections are served meanwhile); 401 when refused."""
         auth = self.service.config.auth
         if auth is None:
             return None
@@ -461,8 +470,9 @@ class WebService:
                 method, data = "basic", base64.b64decode(credential.strip(), validate=True)
             except (binascii.Error, ValueError):
                 raise HttpError(401, "Authentication required") from None
+        check = partial(auth.authenticate, method, data, time.time(), None)
         try:
-            return auth.authenticate(method, data, time.time(), None).role
+            return (await asyncio.get_running_loop().run_in_executor(None, check)).role
         except AuthenticationError as exc:
             self.service.auth_failures += 1
             log.info("HTTP authentication failed: %s", exc)
@@ -547,7 +557,10 @@ class WebService:
             raise HttpError(404, "Tenant does not exist")
         return Response(
             200,
-            {"adminRoles": self.service.namespaces.admin_roles(p["tenant"]), "allowedClusters": [self.service.name]},
+            {
+                "adminRoles": self.service.namespaces.admin_roles(p["tenant"]),
+                "allowedClusters": [self.service.name],
+            },
         )
 
     def _admin_roles(self, request: Request) -> list[str] | None:

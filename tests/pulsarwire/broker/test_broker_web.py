@@ -26,9 +26,9 @@ import pulsar
 import pytest
 
 from pulsarwire.broker import Broker, Grants
-from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE
 from pulsarwire.broker.auth import TokenAuth
 from pulsarwire.broker.schemas import Compatibility
+from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE
 from tests.helpers.hostile import assert_bystander_served, broker_url
 from tests.helpers.judge import new_topic as _new_topic
 
@@ -555,17 +555,22 @@ def _served(http_url: str) -> None:
 
 def test_hostile_oversized_head(web_process: tuple[str, str]) -> None:
     url, http_url = web_process
-    answer = _raw(http_url, b"GET /admin/v2/tenants HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n")
+    answer = _raw(
+        http_url, b"GET /admin/v2/tenants HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n"
+    )
     assert answer.startswith(b"HTTP/1.1 431 ")
     many = b"".join(b"X-H%d: v\r\n" % i for i in range(200))
-    assert _raw(http_url, b"GET /admin/v2/tenants HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n").startswith(b"HTTP/1.1 431 ")
+    assert _raw(http_url, b"GET /admin/v2/tenants HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n").startswith(
+        b"HTTP/1.1 431 "
+    )
     _served(http_url)
     assert_bystander_served(url)
 
 
 def test_hostile_oversized_and_chunked_body(web_process: tuple[str, str]) -> None:
     url, http_url = web_process
-    head = b"PUT /admin/v2/persistent/public/default/big/partitions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+    head = b"PUT /admin/v2/persistent/public/default/big/partitions HTTP/1.1\r\nHost: x\r\n"
+    head += b"Content-Length: %d\r\n\r\n"
     # Refused from the header alone: nothing of the body is read or allocated.
     assert _raw(http_url, head % (2**40)).startswith(b"HTTP/1.1 413 ")
     assert _raw(http_url, head % (10**30)).startswith(b"HTTP/1.1 400 ")
