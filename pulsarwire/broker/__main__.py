@@ -283,6 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also serve the admin REST API, HTTP lookup (http:// service URLs) and /metrics on this port"
         " (0: any free port; default: off)",
     )
+    p.add_argument(
+        "--https-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="also serve the web service over TLS on this port (Pulsar's webServicePortTls; the"
+        " certificate and key of --tls-cert / --tls-key; 0: any free port)",
+    )
     p.add_argument("--tls-port", type=int, default=None, help="also listen for pulsar+ssl:// on this port")
     p.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain for the TLS listener")
     p.add_argument("--tls-key", type=Path, default=None, help="PEM private key for the TLS listener")
@@ -509,6 +517,10 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         p.error("--connect-timeout must be positive")
     if args.max_connections < 0:
         p.error("--max-connections must be 0 (no limit) or positive")
+    if (args.tls_port is not None or args.https_port is not None) and (
+        args.tls_cert is None or args.tls_key is None
+    ):
+        p.error("--tls-port and --https-port need --tls-cert and --tls-key")
     if args.max_partitions_per_topic < 0:
         p.error("--max-partitions-per-topic must be 0 (no limit) or positive")
     if args.compaction_threshold < 0:
@@ -529,6 +541,7 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         keepalive_seconds=args.keepalive,
         tls_port=args.tls_port,
         http_port=args.http_port,
+        https_port=args.https_port,
         tls_cert_file=args.tls_cert,
         tls_key_file=args.tls_key,
         tls_trust_certs_file=args.tls_trust_certs,
@@ -557,7 +570,8 @@ async def _run(args: argparse.Namespace, cfg: BrokerConfig) -> None:
         name, _, n = spec.rpartition("=")
         broker.create_partitioned_topic(name, int(n))
     await broker.astart()
-    urls = " ".join(u for u in (broker.service_url, broker.service_url_tls, broker.http_url) if u)
+    every = (broker.service_url, broker.service_url_tls, broker.http_url, broker.http_url_tls)
+    urls = " ".join(u for u in every if u)
     print(f"pulsarwire broker ready on {urls}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

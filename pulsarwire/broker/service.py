@@ -109,6 +109,9 @@ class Urls(Protocol):
     @property
     def http_url(self) -> str | None: ...
 
+    @property
+    def http_url_tls(self) -> str | None: ...
+
 
 class Connection(Protocol):
     """What the service asks of a client connection (the binary handler implements it)."""
@@ -130,6 +133,7 @@ class Lookup:
 
     urls: Listener
     http_url: str
+    http_url_tls: str
     redirect: bool
 
 
@@ -310,7 +314,8 @@ class BrokerService:
         redirect = owner is not self
         if redirect:
             self.lookups_redirected += 1
-        return Lookup(owner.listener(listener), owner.urls.http_url or "", redirect)
+        urls = owner.urls
+        return Lookup(owner.listener(listener), urls.http_url or "", urls.http_url_tls or "", redirect)
 
     def topic_for_use(self, topic: str, role: str | None, needs: frozenset[Action]) -> Topic:
         """The topic a producer or consumer is created on: authorized, in a namespace that exists,

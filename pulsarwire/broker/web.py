@@ -44,6 +44,7 @@ import http
 import json
 import logging
 import resource
+import ssl
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -302,39 +303,58 @@ class WebService:
 
     def __init__(self, service: BrokerService) -> None:
         self.service = service
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self.port = 0
+        #: the plain HTTP port and the HTTPS port (None: that listener is off)
+        self.port: int | None = None
+        self.tls_port: int | None = None
         self.requests = 0
         self.refused = 0
         self.max_connections = web_connection_cap()
 
     # -- lifecycle -----------------------------------------------------------------
-    async def start(self, host: str, port: int) -> None:
-        """Listen on ``host:port``; raises ListenError (port taken, unknown host...)."""
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on ``host:port``, with TLS (HTTPS) when ``tls`` is given (the TLS handshake
+        has the connect deadline); raises ListenError (port taken, unknown host...)."""
         loop = asyncio.get_running_loop()
 
         def factory() -> asyncio.StreamReaderProtocol:
             reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES, loop=loop)
             return asyncio.StreamReaderProtocol(reader, self._accepted)
 
-        self._server = await listen(loop, factory, host, port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        kw: dict[str, Any] = {}
+        if tls is not None:
+            kw = {"ssl": tls, "ssl_handshake_timeout": self.service.config.connect_timeout}
+        server = await listen(loop, factory, host, port, **kw)
+        self._servers.append(server)
+        bound = server.sockets[0].getsockname()[1]
+        if tls is not None:
+            self.tls_port = bound
+        else:
+            self.port = bound
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers = []
 
     @property
-    def url(self) -> str:
-        return f"http://{url_host(self.service.advertised_host)}:{self.port}"
+    def url(self) -> str | None:
+        """``http://host:port`` (None: no plain HTTP listener)."""
+        host = url_host(self.service.advertised_host)
+        return f"http://{host}:{self.port}" if self.port is not None else None
+
+    @property
+    def url_tls(self) -> str | None:
+        """``https://host:port`` (None: no HTTPS listener)."""
+        host = url_host(self.service.advertised_host)
+        return f"https://{host}:{self.tls_port}" if self.tls_port is not None else None
 
     def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
@@ -541,7 +561,7 @@ class WebService:
                 "brokerUrl": urls.url or "",
                 "brokerUrlTls": urls.url_tls or "",
                 "httpUrl": found.http_url,
-                "httpUrlTls": "",
+                "httpUrlTls": found.http_url_tls,
                 "nativeUrl": urls.url or "",
             },
         )

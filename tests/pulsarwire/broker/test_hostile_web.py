@@ -25,6 +25,7 @@ import json
 import logging
 import resource
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -402,3 +403,68 @@ def test_tenant_flag_and_admin_roles_survive_a_restart(tmp_path: Path) -> None:
             "kim"
         ]
         assert request(port_of(b), "PUT", "/admin/v2/namespaces/kept/ns", tok=token("kim"))[0] == 204
+
+
+# -- HTTPS ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    trustme = pytest.importorskip("trustme")
+    d = tmp_path_factory.mktemp("https")
+    ca = trustme.CA()
+    files = {"ca": d / "ca.pem", "cert": d / "cert.pem", "key": d / "key.pem"}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    for i, pem in enumerate(cert.cert_chain_pems):
+        pem.write_to_path(str(files["cert"]), append=i > 0)
+    cert.private_key_pem.write_to_path(str(files["key"]))
+    return files
+
+
+def test_https_serves_the_admin_api_and_lookups_answer_http_url_tls(tls_files: dict[str, Path]) -> None:
+    tls = {"tls_port": 0, "tls_cert_file": tls_files["cert"], "tls_key_file": tls_files["key"]}
+    with Broker(http_port=0, https_port=0, **tls) as b:
+        assert b.http_url_tls is not None and b.http_url_tls.startswith("https://")
+        context = ssl.create_default_context(cafile=str(tls_files["ca"]))
+        host, port = b.http_url_tls.removeprefix("https://").rsplit(":", 1)
+        conn = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
+        try:
+            conn.request("GET", "/lookup/v2/topic/persistent/public/default/tls-lookup")
+            answer = json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+        assert answer["httpUrlTls"] == b.http_url_tls
+        assert answer["brokerUrlTls"] == b.service_url_tls
+        # The plain listener's lookups name the HTTPS one too.
+        assert request(port_of(b), "GET", "/lookup/v2/topic/persistent/public/default/t")[1][
+            "httpUrlTls"
+        ] == (b.http_url_tls)
+        # Something that is not TLS on the HTTPS port is cut, never served in clear.
+        assert not raw(int(port), b"GET /admin/v2/tenants HTTP/1.1\r\nHost: x\r\n\r\n").startswith(
+            b"HTTP/1.1 200"
+        )
+        client = pulsar.Client(
+            b.http_url_tls, tls_trust_certs_file_path=str(tls_files["ca"]), operation_timeout_seconds=10
+        )
+        try:
+            client.create_producer("over-https").send(b"ok")
+        finally:
+            client.close()
+
+
+def test_authentication_with_only_plain_http_is_one_warning(
+    tls_files: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="pulsarwire.broker")
+    auth = TokenAuth(secret=SECRET)
+    with Broker(http_port=0, auth=auth, grants=Grants(superusers=frozenset({"admin"}))):
+        pass
+    plain = [r for r in caplog.records if "plain HTTP only" in r.getMessage()]
+    assert len(plain) == 1 and plain[0].levelno == logging.WARNING
+    assert "--https-port" in plain[0].getMessage()
+    caplog.clear()
+    tls = {"tls_cert_file": tls_files["cert"], "tls_key_file": tls_files["key"]}
+    with Broker(http_port=0, https_port=0, auth=auth, grants=Grants(superusers=frozenset({"admin"})), **tls):
+        pass
+    assert not [r for r in caplog.records if "plain HTTP only" in r.getMessage()]
