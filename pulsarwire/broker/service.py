@@ -70,7 +70,8 @@ RETRY_WRITE_SECONDS = 5.0
 MAX_INT32 = 2**31 - 1
 #: partitions announced to topic-list watchers between two yields to the loop
 ANNOUNCE_CHUNK = 1000
-#: Marks what only a superuser may do (Pulsar: a tenant admin or a superuser).
+#: Marks what only a superuser or an admin role of the namespace's tenant may do (a superuser
+#: only when no namespace is named: tenants, the broker's health).
 SUPERUSER: frozenset[Action] = frozenset()
 
 

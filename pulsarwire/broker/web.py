@@ -6,24 +6,27 @@ the admin API (``/admin/v2/...``: tenants, namespaces, topics, schemas), HTTP lo
 metrics. :class:`WebService` serves the same paths, JSON shapes and status codes for what this
 broker has (``--http-port PORT``; off by default).
 
-How it works: a plain asyncio server on the broker's own event loop (no thread touches broker
-state) reads HTTP/1.1 requests with bounded sizes and deadlines -- the request head at most
-:data:`MAX_HEAD_BYTES` (else 431) within ``connect_timeout`` seconds (else 408 and close: a
-slowloris cannot hold the connection), a body only with ``Content-Length`` (chunked bodies: 411)
-of at most ``max_message_size`` bytes (else 413), read within the same deadline; a first byte
-that cannot start a request line (a Pulsar frame, a TLS hello) is answered 400 at once, as
-Jetty does, so that such a client learns what it reached; connections idle for
-``keepalive_seconds`` between requests are closed. :data:`ROUTES` is the routing table
+How it works: asyncio servers (plain HTTP, and HTTPS with the TLS listener's certificate) on the
+broker's own event loop (no thread touches broker state) hand the bytes of each connection to an
+h11 connection (sans-IO HTTP/1.1 framing: request line, headers, Content-Length or chunked
+bodies, keep-alive) and read requests with bounded sizes and deadlines -- the request head at
+most :data:`MAX_HEAD_BYTES` (else 431) within ``connect_timeout`` seconds of its first byte (else
+408 and close: a slowloris cannot hold the connection), a body of at most ``max_message_size``
+bytes (else 413), read within the same deadline; a connection's first request must start within
+``connect_timeout``, later ones within ``keepalive_seconds``; a first byte that cannot start a
+request line (a Pulsar frame) is answered 400 at once, as Jetty does, so that such a client
+learns what it reached. Endpoints that read a body need ``application/json`` (else 415). At most
+:func:`web_connection_cap` connections at once (else 503). :data:`ROUTES` is the routing table
 (method, path template, handler name); a path no template matches is 404, a path matched for
 another method is 405 with ``Allow``. Errors are Pulsar's ``{"reason": "..."}``.
 
 Authentication and authorization are those of the binary protocol: ``Authorization: Bearer
 TOKEN`` (method ``token``) or ``Basic`` (method ``basic``, the decoded ``user:password``) goes to
-the broker's authenticator; no credential is the anonymous role when there is one, else 401.
-Topic operations need the grants Pulsar's authorization provider asks for (lookup, stats, schemas
-read: produce or consume; subscriptions: consume; schema upload: produce); tenants, namespaces,
-topic creation/deletion/termination and policies need a superuser (Pulsar: a tenant admin or a
-superuser -- this broker has no tenant admins). ``/metrics`` needs nothing (Pulsar's
+the broker's authenticator (in a worker thread: a password hash does not hold the loop); no
+credential is the anonymous role when there is one, else 401. Topic operations need the grants
+Pulsar's authorization provider asks for (lookup, stats, schemas read: produce or consume;
+subscriptions: consume; schema upload: produce); namespaces, topic creation/deletion/termination
+and policies need a superuser or an admin role of the tenant; tenants a superuser. ``/metrics`` needs nothing (Pulsar's
 ``authenticateMetricsEndpoint=false``). Without authentication nothing is checked.
 
 This module is the HTTP side only: reading requests, routing, JSON shapes and status codes.
