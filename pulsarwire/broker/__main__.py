@@ -44,6 +44,7 @@ from .policies import (
 )
 from .schemas import Compatibility
 from .server import Broker
+from .service import InvalidPartitions, check_partitions
 from .storage import DEFAULT_CACHE_BYTES, DEFAULT_MAX_OPEN_LOGS
 
 #: Environment variable holding the token secret key (same forms as --auth-token-secret).
@@ -494,8 +495,12 @@ def _namespaces_and_policies(
         policies[scope] = Policies(policies.get(scope, Policies()).deduplication, strategy)
     for spec in args.partitioned_topic:
         name, sep, n = spec.rpartition("=")
-        if not sep or not n.isdigit() or int(n) < 1:
+        if not sep or not n.isascii() or not n.isdigit() or int(n) < 1:
             p.error(f"--partitioned-topic {spec}: not NAME=N with N >= 1")
+        try:
+            check_partitions(int(n), args.max_partitions_per_topic)
+        except InvalidPartitions as exc:
+            p.error(f"--partitioned-topic {spec}: {exc}")
         try:
             in_namespace("--partitioned-topic", str(TopicName.parse(name)))
         except InvalidTopicName as exc:
@@ -512,6 +517,13 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
             "--grant and --superuser need authentication (--auth-token-secret-file, ...):"
             " without it anyone may do anything"
         )
+    if args.max_partitions_per_topic < 0:
+        p.error("--max-partitions-per-topic must be 0 (no limit) or positive")
+    if args.default_partitions:
+        try:
+            check_partitions(args.default_partitions, args.max_partitions_per_topic)
+        except InvalidPartitions as exc:
+            p.error(f"--default-partitions {args.default_partitions}: {exc}")
     namespaces, policies = _namespaces_and_policies(p, args)
     if args.connect_timeout <= 0:
         p.error("--connect-timeout must be positive")
@@ -521,8 +533,6 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         args.tls_cert is None or args.tls_key is None
     ):
         p.error("--tls-port and --https-port need --tls-cert and --tls-key")
-    if args.max_partitions_per_topic < 0:
-        p.error("--max-partitions-per-topic must be 0 (no limit) or positive")
     if args.compaction_threshold < 0:
         p.error("--compaction-threshold must be 0 (only when asked) or positive")
     cfg = BrokerConfig(

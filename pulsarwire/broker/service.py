@@ -87,6 +87,15 @@ class InvalidPartitions(PulsarWireError, ValueError):
     """A partition count Pulsar refuses (not above 0, not a 32-bit int, above the broker's maximum)."""
 
 
+def check_partitions(partitions: int, most: int) -> None:
+    """Refuse (:class:`InvalidPartitions`) a partition count Pulsar refuses: not a 32-bit int
+    above 0, or above ``most`` when that is above 0 (Pulsar's maxNumPartitionsPerPartitionedTopic)."""
+    if not 0 < partitions <= MAX_INT32:
+        raise InvalidPartitions("Number of partitions should be more than 0 and a 32-bit integer")
+    if most > 0 and partitions > most:
+        raise InvalidPartitions(f"Number of partitions should be less than or equal to {most}")
+
+
 class NotFound(BrokerError):
     """TopicNotFound, saying what is missing: ``tenant``, ``namespace``, ``topic``, ``partitioned topic``."""
 
@@ -502,13 +511,8 @@ class BrokerService:
         return sorted(n for n in self.partitioned if n.startswith(prefix))
 
     def check_partitions(self, partitions: int) -> None:
-        """Refuse (:class:`InvalidPartitions`) a partition count Pulsar refuses: not a 32-bit int
-        above 0, or above ``max_partitions_per_topic`` when that is set."""
-        if not 0 < partitions <= MAX_INT32:
-            raise InvalidPartitions("Number of partitions should be more than 0 and a 32-bit integer")
-        most = self.config.max_partitions_per_topic
-        if most > 0 and partitions > most:
-            raise InvalidPartitions(f"Number of partitions should be less than or equal to {most}")
+        """:func:`check_partitions` with this broker's ``max_partitions_per_topic``."""
+        check_partitions(partitions, self.config.max_partitions_per_topic)
 
     def create_partitioned_topic(self, topic: str, partitions: int) -> None:
         """Create (or grow) a partitioned topic; raises :class:`InvalidPartitions`, NamespaceNotFound

@@ -26,8 +26,8 @@ the broker's authenticator (in a worker thread: a password hash does not hold th
 credential is the anonymous role when there is one, else 401. Topic operations need the grants
 Pulsar's authorization provider asks for (lookup, stats, schemas read: produce or consume;
 subscriptions: consume; schema upload: produce); namespaces, topic creation/deletion/termination
-and policies need a superuser or an admin role of the tenant; tenants a superuser. ``/metrics`` needs nothing (Pulsar's
-``authenticateMetricsEndpoint=false``). Without authentication nothing is checked.
+and policies need a superuser or an admin role of the tenant; tenants a superuser. ``/metrics``
+needs nothing (Pulsar's ``authenticateMetricsEndpoint=false``). Without authentication nothing is checked.
 
 This module is the HTTP side only: reading requests, routing, JSON shapes and status codes.
 Every rule it shares with the binary protocol -- authorization, whether a tenant, namespace or

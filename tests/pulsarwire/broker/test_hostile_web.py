@@ -20,12 +20,15 @@ What is checked:
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import logging
 import resource
 import socket
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -468,3 +471,46 @@ def test_authentication_with_only_plain_http_is_one_warning(
     with Broker(http_port=0, https_port=0, auth=auth, grants=Grants(superusers=frozenset({"admin"})), **tls):
         pass
     assert not [r for r in caplog.records if "plain HTTP only" in r.getMessage()]
+
+
+# -- the command line ------------------------------------------------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pulsarwire.broker", "--port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--tenant", "bad name:alice"], "is not a tenant name"),
+        (["--https-port", "0"], "need --tls-cert and --tls-key"),
+        (["--max-partitions-per-topic", "-1"], "0 (no limit) or positive"),
+        (["--max-partitions-per-topic", "4", "--partitioned-topic", "t=5"], "less than or equal to 4"),
+        (["--partitioned-topic", f"t={2**31}"], "32-bit integer"),
+        (["--max-partitions-per-topic", "4", "--default-partitions", "8"], "less than or equal to 4"),
+    ],
+    ids=["bad-tenant", "https-without-cert", "negative-max", "over-max", "past-int32", "default-over-max"],
+)
+def test_cli_mistakes_are_one_line_and_exit_2(args: list[str], says: str) -> None:
+    done = _cli(*args)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in done.stderr, done.stderr
+
+
+def test_tenant_flag_gives_its_admins_their_tenant() -> None:
+    http_port = _free_port()
+    args = ["--http-port", str(http_port), "--auth-token-secret", base64.b64encode(SECRET).decode()]
+    with broker_url(*args, "--tenant", "acme:alice,bob", "--superuser", "admin"):
+        assert request(http_port, "PUT", "/admin/v2/namespaces/acme/ns", tok=token("bob"))[0] == 204
+        assert request(http_port, "GET", "/admin/v2/tenants/acme", tok=token("admin"))[1]["adminRoles"] == [
+            "alice",
+            "bob",
+        ]
+        assert request(http_port, "PUT", "/admin/v2/namespaces/public/ns", tok=token("bob"))[0] == 403
