@@ -18,8 +18,8 @@ process each, and prints each file's counts and the total.
 PATH is a checkout (or a bare git directory: its ``tests`` are extracted from HEAD). The ports
 must be free; the files are those upstream's ``tests/run-unit-tests.sh`` runs, and need
 ``pulsar-client``, ``pytest-timeout`` and ``requests`` (schema_test.py imports it; upstream's
-runner gets it with testcontainers). Two tests cannot pass in a sandbox without network: the connect timeout aimed at
-192.0.2.1 and the failover test that starts Pulsar containers (testcontainers).
+runner gets it with testcontainers). Two tests cannot pass in a sandbox without network: the
+connect timeout aimed at 192.0.2.1 and the failover test that starts Pulsar containers.
 """
 
 from __future__ import annotations
