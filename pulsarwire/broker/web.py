@@ -378,7 +378,7 @@ class WebService:
             idle = cfg.connect_timeout
             while True:
                 try:
-                    request = await self._read_request(conn, reader, idle, cfg.connect_timeout)
+                    request = await self._read_request(conn, reader, writer, idle, cfg.connect_timeout)
                 except HttpError as exc:
                     self._send(conn, writer, _error(exc.status, exc.reason), close=True)
                     await asyncio.wait_for(writer.drain(), cfg.connect_timeout)
@@ -392,6 +392,8 @@ class WebService:
                 idle = cfg.keepalive_seconds
         except (_Close, ConnectionError, TimeoutError, asyncio.IncompleteReadError, h11.LocalProtocolError):
             pass
+        except Exception:  # a broker bug: this connection ends, logged once, the others go on
+            log.exception("closing an HTTP connection: unexpected failure")
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
@@ -404,7 +406,12 @@ class WebService:
             writer.write(conn.send(event) or b"")
 
     async def _read_request(
-        self, conn: h11.Connection, reader: asyncio.StreamReader, idle: float, deadline: float
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        idle: float,
+        deadline: float,
     ) -> Request:
         """One request: its first byte within ``idle`` seconds, then the whole request (head and
         body) within ``deadline`` seconds of that byte. Framing is h11's: a malformed request line,
@@ -439,6 +446,8 @@ class WebService:
             elif isinstance(event, h11.Request):
                 head = event
                 _check_head(event, limit)
+                if conn.they_are_waiting_for_100_continue:  # curl's Expect: 100-continue, as Jetty
+                    writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")) or b"")
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > limit:

@@ -514,3 +514,16 @@ def test_tenant_flag_gives_its_admins_their_tenant() -> None:
             "bob",
         ]
         assert request(http_port, "PUT", "/admin/v2/namespaces/public/ns", tok=token("bob"))[0] == 403
+
+
+def test_expect_100_continue_is_answered(web: Broker) -> None:
+    body = b"2"
+    head = HEAD + JSON + f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port_of(web)), timeout=5) as s:
+        s.sendall(head.replace("framing", "continued").encode())
+        assert s.recv(64).startswith(b"HTTP/1.1 100 ")  # asked for the body before it is sent
+        s.sendall(body)
+        answer = b""
+        while chunk := s.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 204 "), answer
