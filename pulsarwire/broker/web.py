@@ -447,7 +447,8 @@ class WebService:
                 head = event
                 _check_head(event, limit)
                 if conn.they_are_waiting_for_100_continue:  # curl's Expect: 100-continue, as Jetty
-                    writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")) or b"")
+                    go_on = h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")
+                    writer.write(conn.send(go_on) or b"")
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > limit:
