@@ -18,6 +18,7 @@ import logging
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from typing import Any, cast
 
@@ -389,39 +390,45 @@ class ServerConnection(asyncio.Protocol):
         c = cmd.connect
         self.protocol_version = min(c.protocol_version, PROTOCOL_VERSION)
         self.end_of_topic_notices = understands_end_of_topic(c.client_version)
-        auth = self.service.config.auth
-        if auth is None:
+        if self.service.config.auth is None:
             self._connected()
             return
-        # The credential is checked in a worker thread (a password hash costs milliseconds): the
-        # loop serves other connections meanwhile, and this one reads nothing until it is done.
-        assert self.transport is not None
-        self.transport.pause_reading()
-        loop = asyncio.get_running_loop()
-        check = partial(auth.authenticate, c.auth_method_name, c.auth_data, time.time(), self.peer_cert)
-        self._authenticating = loop.run_in_executor(None, check)
-        self._authenticating.add_done_callback(self._authenticated)
+        self._check_credential(c.auth_method_name, c.auth_data, self._connect_checked)
 
-    def _authenticated(self, done: asyncio.Future[Identity]) -> None:
+    def _check_credential(self, method: str, data: bytes, then: Callable[[Identity], None]) -> None:
+        """Check a credential in a worker thread (a password hash costs milliseconds): the loop
+        serves other connections meanwhile, and this one reads nothing until it is done; then
+        ``then(identity)``, or a refusal (ERROR AuthenticationError, request id -1 as Pulsar) and
+        the connection closes."""
+        auth = self.service.config.auth
+        assert auth is not None and self.transport is not None
+        self.transport.pause_reading()
+        check = partial(auth.authenticate, method, data, time.time(), self.peer_cert)
+        self._authenticating = asyncio.get_running_loop().run_in_executor(None, check)
+        self._authenticating.add_done_callback(partial(self._credential_checked, then))
+
+    def _credential_checked(self, then: Callable[[Identity], None], done: asyncio.Future[Identity]) -> None:
         self._authenticating = None
         if self.transport is None or done.cancelled():
             return
         exc = done.exception()
-        if isinstance(exc, AuthenticationError):
-            self.service.auth_failures += 1
-            log.info("authentication failed for %s: %s", self.peer, exc)
-            self._error(2**64 - 1, E.AuthenticationError, str(exc))  # request id -1, as Pulsar
-            self.close()
-            return
         if exc is not None:
-            log.error("closing %s: authentication failed unexpectedly", self.peer, exc_info=exc)
-            self._error(2**64 - 1, E.AuthenticationError, "authentication failed")
+            if isinstance(exc, AuthenticationError):
+                self.service.auth_failures += 1
+                log.info("authentication failed for %s: %s", self.peer, exc)
+            else:
+                log.error("closing %s: authentication failed unexpectedly", self.peer, exc_info=exc)
+            self._error(2**64 - 1, E.AuthenticationError, str(exc) or "authentication failed")
             self.close()
             return
-        self._set_identity(done.result())
+        then(done.result())
+        if self.transport is not None:
+            self.transport.resume_reading()
+            self.data_received(b"")  # the frames that came behind the credential
+
+    def _connect_checked(self, identity: Identity) -> None:
+        self._set_identity(identity)
         self._connected()
-        self.transport.resume_reading()
-        self.data_received(b"")  # the frames that came behind CONNECT
 
     def _connected(self) -> None:
         if self._connect_deadline is not None:
@@ -471,17 +478,14 @@ class ServerConnection(asyncio.Protocol):
         if self._auth_deadline is not None:
             self._auth_deadline.cancel()
             self._auth_deadline = None
-        auth = self.service.config.auth
-        try:
-            if auth is None:
-                raise AuthenticationError("authentication is not enabled on this broker")
-            method = r.auth_method_name or TOKEN_METHOD
-            identity = auth.authenticate(method, r.auth_data, time.time(), self.peer_cert)
-        except AuthenticationError as exc:
-            log.info("closing %s: refreshed credential refused: %s", self.peer, exc)
-            self._error(2**64 - 1, E.AuthenticationError, str(exc))  # request id -1, as Pulsar
+        if self.service.config.auth is None:
+            log.info("closing %s: AUTH_RESPONSE while authentication is off", self.peer)
+            self._error(2**64 - 1, E.AuthenticationError, "authentication is not enabled on this broker")
             self.close()
             return
+        self._check_credential(r.auth_method_name or TOKEN_METHOD, r.auth_data, self._refreshed)
+
+    def _refreshed(self, identity: Identity) -> None:
         if self.identity is not None and identity.role != self.identity.role:
             # As Pulsar ("Principal cannot change during an authentication refresh"): close, no answer.
             log.warning(
