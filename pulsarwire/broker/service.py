@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from pulsarwire.errors import PulsarWireError
-from pulsarwire.naming import TopicName
+from pulsarwire.naming import PARTITION_SUFFIX, TopicName
 from pulsarwire.proto import pb
 
 from .authz import LOOKUP, Action, split_namespace
@@ -559,8 +559,9 @@ class BrokerService:
         and cursors, as Pulsar's topic deletion; its schema stays. Connected clients are not told
         (the admin API refuses to delete a topic in use unless forced, and disconnects them first)."""
         name = TopicName.parse(topic)
+        parts = self.present_partitions(str(name)) if str(name) in self.partitioned else [str(name)]
         n = self.partitioned.pop(str(name), None)
-        for part in [str(p) for p in name.partitions(n or 0)]:
+        for part in parts:
             found = self.topics.pop(part, None)
             if found is not None:
                 self._dirty_topics.discard(found)
@@ -576,6 +577,23 @@ class BrokerService:
         assert t is not None
         t.log.trim_head(entries)
 
+    def present_partitions(self, name: str) -> list[str]:
+        """The partitions of the partitioned topic ``name`` that hold anything: loaded, or stored
+        in the data dir. The others are empty by definition (no subscription, no entry), so what
+        asks about every partition asks these only: the work follows what exists, not the count
+        (which may be 2**31-1)."""
+        n = self.partitioned.get(name, 0)
+
+        def ours(topic: str) -> bool:
+            tn = TopicName.parse(topic)
+            return 0 <= tn.partition_index < n and str(tn.partitioned_topic) == name
+
+        prefix = name + PARTITION_SUFFIX
+        found = {t for t in self.topics if t.startswith(prefix) and ours(t)}
+        if self.config.data_dir is not None and name.startswith("persistent://"):
+            found.update(t for t in stored_topics(self.config.data_dir) if t.startswith(prefix) and ours(t))
+        return sorted(found)
+
     def busy(self, name: str) -> bool:
         """Whether topic ``name`` (loaded) has connected producers or consumers."""
         topic = self.topics.get(name)
@@ -589,7 +607,7 @@ class BrokerService:
         name = TopicName.parse(topic)
         n = self.partitioned.get(str(name))
         found = []
-        for part in [str(name.partition(i)) for i in range(n)] if n else [str(name)]:
+        for part in self.present_partitions(str(name)) if n else [str(name)]:
             t = self.existing_topic(part)
             sub = t.subscriptions.get(sub_name)
             if sub is not None:
@@ -603,7 +621,7 @@ class BrokerService:
         name = TopicName.parse(topic)
         n = self.partitioned.get(str(name))
         names: set[str] = set()
-        for part in [str(name.partition(i)) for i in range(n)] if n else [str(name)]:
+        for part in self.present_partitions(str(name)) if n else [str(name)]:
             t = self.existing_topic(part)
             names.update(t.subscriptions)
             names.update(getattr(t, "saved_subscriptions", {}))

@@ -754,10 +754,9 @@ class WebService:
     def on_delete_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "delete topics")
         full = str(name)
-        n = self.service.partition_count(full)
-        if n is None:
+        if self.service.partition_count(full) is None:
             raise HttpError(404, "Partitioned topic does not exist")
-        self._check_deletable([str(name.partition(i)) for i in range(n)], request.flag("force"))
+        self._check_deletable(self.service.present_partitions(full), request.flag("force"))
         self.service.delete_topic(full)
         return Response(204)
 

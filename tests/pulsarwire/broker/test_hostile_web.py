@@ -134,6 +134,17 @@ def test_two_billion_partitions_are_one_metadata_write_and_a_bystander_is_served
     assert request(port, "PUT", path, 2**31 - 1)[0] == 204
     assert request(port, "GET", path) == (200, {"partitions": 2**31 - 1})
     assert_bystander_served(web.service_url)
+    # What asks about every partition asks those that hold anything: here one.
+    client = pulsar.Client(web.service_url, operation_timeout_seconds=10)
+    try:
+        client.subscribe("persistent://big/ns/huge-partition-7", "s").close()
+    finally:
+        client.close()
+    subs = "/admin/v2/persistent/big/ns/huge/subscriptions"
+    assert request(port, "GET", subs) == (200, ["s"])
+    assert request(port, "DELETE", path) == (204, "")
+    assert request(port, "GET", path)[0] == 404
+    assert_bystander_served(web.service_url)
 
 
 def test_max_partitions_per_topic() -> None:
