@@ -44,6 +44,7 @@ from .policies import (
 )
 from .schemas import Compatibility
 from .server import Broker
+from .service import InvalidPartitions, check_partitions
 from .storage import DEFAULT_CACHE_BYTES, DEFAULT_MAX_OPEN_LOGS
 
 #: Environment variable holding the token secret key (same forms as --auth-token-secret).
@@ -80,6 +81,16 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not positive")
     return value
+
+
+def _tenant(text: str) -> tuple[str, tuple[str, ...]]:
+    """An argparse type for ``TENANT[:ROLE,ROLE...]``."""
+    name, _, roles = text.partition(":")
+    try:
+        check_namespace(f"{name}/x")
+    except PolicySyntaxError as exc:
+        raise argparse.ArgumentTypeError(f"{name!r} is not a tenant name: {exc}") from None
+    return name, tuple(r for r in roles.split(",") if r)
 
 
 def _namespace(text: str) -> str:
@@ -195,6 +206,23 @@ def build_parser() -> argparse.ArgumentParser:
         " namespaces that do not exist are refused with TopicNotFound, as Pulsar (repeatable)",
     )
     p.add_argument(
+        "--tenant",
+        type=_tenant,
+        action="append",
+        default=[],
+        metavar="TENANT[:ROLE,...]",
+        help="create this tenant at start with these admin roles (Pulsar's TenantInfo.adminRoles): with"
+        " authentication they may administrate its namespaces, topics and policies (repeatable)",
+    )
+    p.add_argument(
+        "--max-partitions-per-topic",
+        type=int,
+        default=0,
+        metavar="N",
+        help="refuse partitioned topics of more than N partitions (Pulsar's"
+        " maxNumPartitionsPerPartitionedTopic; default 0: only Pulsar's 32-bit limit)",
+    )
+    p.add_argument(
         "--dedup-policy",
         type=_setting(parse_switch),
         action="append",
@@ -255,6 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="also serve the admin REST API, HTTP lookup (http:// service URLs) and /metrics on this port"
         " (0: any free port; default: off)",
+    )
+    p.add_argument(
+        "--https-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="also serve the web service over TLS on this port (Pulsar's webServicePortTls; the"
+        " certificate and key of --tls-cert / --tls-key; 0: any free port)",
     )
     p.add_argument("--tls-port", type=int, default=None, help="also listen for pulsar+ssl:// on this port")
     p.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain for the TLS listener")
@@ -459,8 +495,12 @@ def _namespaces_and_policies(
         policies[scope] = Policies(policies.get(scope, Policies()).deduplication, strategy)
     for spec in args.partitioned_topic:
         name, sep, n = spec.rpartition("=")
-        if not sep or not n.isdigit() or int(n) < 1:
+        if not sep or not n.isascii() or not n.isdigit() or int(n) < 1:
             p.error(f"--partitioned-topic {spec}: not NAME=N with N >= 1")
+        try:
+            check_partitions(int(n), args.max_partitions_per_topic)
+        except InvalidPartitions as exc:
+            p.error(f"--partitioned-topic {spec}: {exc}")
         try:
             in_namespace("--partitioned-topic", str(TopicName.parse(name)))
         except InvalidTopicName as exc:
@@ -477,11 +517,22 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
             "--grant and --superuser need authentication (--auth-token-secret-file, ...):"
             " without it anyone may do anything"
         )
+    if args.max_partitions_per_topic < 0:
+        p.error("--max-partitions-per-topic must be 0 (no limit) or positive")
+    if args.default_partitions:
+        try:
+            check_partitions(args.default_partitions, args.max_partitions_per_topic)
+        except InvalidPartitions as exc:
+            p.error(f"--default-partitions {args.default_partitions}: {exc}")
     namespaces, policies = _namespaces_and_policies(p, args)
     if args.connect_timeout <= 0:
         p.error("--connect-timeout must be positive")
     if args.max_connections < 0:
         p.error("--max-connections must be 0 (no limit) or positive")
+    if (args.tls_port is not None or args.https_port is not None) and (
+        args.tls_cert is None or args.tls_key is None
+    ):
+        p.error("--tls-port and --https-port need --tls-cert and --tls-key")
     if args.compaction_threshold < 0:
         p.error("--compaction-threshold must be 0 (only when asked) or positive")
     cfg = BrokerConfig(
@@ -500,6 +551,7 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         keepalive_seconds=args.keepalive,
         tls_port=args.tls_port,
         http_port=args.http_port,
+        https_port=args.https_port,
         tls_cert_file=args.tls_cert,
         tls_key_file=args.tls_key,
         tls_trust_certs_file=args.tls_trust_certs,
@@ -512,6 +564,8 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
         grants=Grants(tuple(args.grant), frozenset(args.superuser)),
         connect_timeout=args.connect_timeout,
         max_connections=args.max_connections,
+        tenants=dict(args.tenant),
+        max_partitions_per_topic=args.max_partitions_per_topic,
         compaction_threshold=args.compaction_threshold,
         compaction_retain_null_key=args.compaction_retain_null_key,
     )
@@ -519,14 +573,15 @@ def _config(argv: list[str] | None) -> tuple[argparse.Namespace, BrokerConfig]:
 
 
 async def _run(args: argparse.Namespace, cfg: BrokerConfig) -> None:
-    if cfg.auth is not None and not cfg.grants:
+    if cfg.auth is not None and not cfg.grants and not any(cfg.tenants.values()):
         log.warning("authentication is on and no --grant or --superuser is given: no role may use any topic")
     broker = Broker(cfg)
     for spec in args.partitioned_topic:
         name, _, n = spec.rpartition("=")
         broker.create_partitioned_topic(name, int(n))
     await broker.astart()
-    urls = " ".join(u for u in (broker.service_url, broker.service_url_tls, broker.http_url) if u)
+    every = (broker.service_url, broker.service_url_tls, broker.http_url, broker.http_url_tls)
+    urls = " ".join(u for u in every if u)
     print(f"pulsarwire broker ready on {urls}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

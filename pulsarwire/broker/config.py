@@ -87,6 +87,14 @@ class BrokerConfig:
     max_schema_size: int = MAX_SCHEMA_SIZE
     #: the web service (admin REST API, HTTP lookup, /metrics; 0 = any free port); None = off
     http_port: int | None = None
+    #: the web service over TLS (Pulsar's webServicePortTls; the TLS listener's certificate and key;
+    #: 0 = any free port); None = off
+    https_port: int | None = None
+    #: tenants created at start with their admin roles (Pulsar's TenantInfo.adminRoles)
+    tenants: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: most partitions of a partitioned topic; 0 = no check beyond Pulsar's 32-bit int (Pulsar's
+    #: maxNumPartitionsPerPartitionedTopic, default 0)
+    max_partitions_per_topic: int = 0
     #: compact a topic once this many bytes were stored since its last compaction (0: never;
     #: Pulsar's compactionThreshold / brokerServiceCompactionThresholdInBytes)
     compaction_threshold: int = 0

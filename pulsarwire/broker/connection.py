@@ -18,6 +18,8 @@ import logging
 import re
 import time
 from collections import deque
+from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 from pulsarwire._version import __version__
@@ -117,6 +119,8 @@ class ServerConnection(asyncio.Protocol):
         self.writable = True
         #: a liveness check in progress (PING sent, PONG awaited): every asker shares it
         self._liveness: asyncio.Future[bool] | None = None
+        #: a CONNECT's credential being checked off the loop: frames behind it wait in the decoder
+        self._authenticating: asyncio.Future[Identity] | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -222,7 +226,7 @@ class ServerConnection(asyncio.Protocol):
         self.last_seen = time.monotonic()
         self._ping_outstanding = False
         self.decoder.feed(data)
-        while self.transport is not None:
+        while self.transport is not None and self._authenticating is None:
             try:
                 frame = self.decoder.next_frame()
             except PayloadError as exc:
@@ -386,17 +390,47 @@ class ServerConnection(asyncio.Protocol):
         c = cmd.connect
         self.protocol_version = min(c.protocol_version, PROTOCOL_VERSION)
         self.end_of_topic_notices = understands_end_of_topic(c.client_version)
+        if self.service.config.auth is None:
+            self._connected()
+            return
+        self._check_credential(c.auth_method_name, c.auth_data, self._connect_checked)
+
+    def _check_credential(self, method: str, data: bytes, then: Callable[[Identity], None]) -> None:
+        """Check a credential in a worker thread (a password hash costs milliseconds): the loop
+        serves other connections meanwhile, and this one reads nothing until it is done; then
+        ``then(identity)``, or a refusal (ERROR AuthenticationError, request id -1 as Pulsar) and
+        the connection closes."""
         auth = self.service.config.auth
-        if auth is not None:
-            try:
-                identity = auth.authenticate(c.auth_method_name, c.auth_data, time.time(), self.peer_cert)
-            except AuthenticationError as exc:
+        assert auth is not None and self.transport is not None
+        self.transport.pause_reading()
+        check = partial(auth.authenticate, method, data, time.time(), self.peer_cert)
+        self._authenticating = asyncio.get_running_loop().run_in_executor(None, check)
+        self._authenticating.add_done_callback(partial(self._credential_checked, then))
+
+    def _credential_checked(self, then: Callable[[Identity], None], done: asyncio.Future[Identity]) -> None:
+        self._authenticating = None
+        if self.transport is None or done.cancelled():
+            return
+        exc = done.exception()
+        if exc is not None:
+            if isinstance(exc, AuthenticationError):
                 self.service.auth_failures += 1
                 log.info("authentication failed for %s: %s", self.peer, exc)
-                self._error(2**64 - 1, E.AuthenticationError, str(exc))  # request id -1, as Pulsar
-                self.close()
-                return
-            self._set_identity(identity)
+            else:
+                log.error("closing %s: authentication failed unexpectedly", self.peer, exc_info=exc)
+            self._error(2**64 - 1, E.AuthenticationError, str(exc) or "authentication failed")
+            self.close()
+            return
+        then(done.result())
+        if self.transport is not None:
+            self.transport.resume_reading()
+            self.data_received(b"")  # the frames that came behind the credential
+
+    def _connect_checked(self, identity: Identity) -> None:
+        self._set_identity(identity)
+        self._connected()
+
+    def _connected(self) -> None:
         if self._connect_deadline is not None:
             self._connect_deadline.cancel()
             self._connect_deadline = None
@@ -444,17 +478,14 @@ class ServerConnection(asyncio.Protocol):
         if self._auth_deadline is not None:
             self._auth_deadline.cancel()
             self._auth_deadline = None
-        auth = self.service.config.auth
-        try:
-            if auth is None:
-                raise AuthenticationError("authentication is not enabled on this broker")
-            method = r.auth_method_name or TOKEN_METHOD
-            identity = auth.authenticate(method, r.auth_data, time.time(), self.peer_cert)
-        except AuthenticationError as exc:
-            log.info("closing %s: refreshed credential refused: %s", self.peer, exc)
-            self._error(2**64 - 1, E.AuthenticationError, str(exc))  # request id -1, as Pulsar
+        if self.service.config.auth is None:
+            log.info("closing %s: AUTH_RESPONSE while authentication is off", self.peer)
+            self._error(2**64 - 1, E.AuthenticationError, "authentication is not enabled on this broker")
             self.close()
             return
+        self._check_credential(r.auth_method_name or TOKEN_METHOD, r.auth_data, self._refreshed)
+
+    def _refreshed(self, identity: Identity) -> None:
         if self.identity is not None and identity.role != self.identity.role:
             # As Pulsar ("Principal cannot change during an authentication refresh"): close, no answer.
             log.warning(
@@ -478,7 +509,13 @@ class ServerConnection(asyncio.Protocol):
         self.service.authorize_topic(self.role, name, needs)
 
     def _authorize_namespace(self, namespace: str, needs: frozenset[Action]) -> None:
-        self.service.authorize(self.role, namespace, needs, namespace)
+        """Refuse a namespace command (AuthorizationError) unless the role holds one of ``needs``;
+        a missing tenant is refused the same way here, as Pulsar's ServerCnx answers any failure
+        of a namespace command's authorization (topic commands answer TopicNotFound)."""
+        try:
+            self.service.authorize(self.role, namespace, needs, namespace)
+        except NotFound:
+            raise self.service.refusal(self.role, namespace, needs, namespace) from None
 
     def on_ping(self, cmd: pb.BaseCommand, _: Any) -> None:
         self.send(new_command(T.PONG)[0])

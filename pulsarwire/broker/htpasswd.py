@@ -34,6 +34,9 @@ BASIC_METHOD = "basic"
 APR1_MAGIC = "$apr1$"
 _ITOA64 = "./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _DES_HASH = re.compile(r"[./0-9A-Za-z]{13}")
+#: Longest ``user:password`` checked (bytes): hashing costs time in the password's length (an
+#: $apr1$ hash runs MD5 a thousand times over it), so a longer one is refused unhashed.
+MAX_CREDENTIAL_BYTES = 1024
 #: Pulsar's answer to a wrong user or password (the same for both: nothing tells which was wrong)
 REFUSED = "Unknown user or invalid password"
 
@@ -128,7 +131,10 @@ class BasicAuth:
         return cls(users)
 
     def verify(self, data: bytes, now: float, peer_cert: PeerCertificate = None) -> Identity:
-        """The user's identity for ``user:password``; raises AuthenticationError."""
+        """The user's identity for ``user:password``; raises AuthenticationError (also, without
+        hashing anything, for one over :data:`MAX_CREDENTIAL_BYTES`)."""
+        if len(data) > MAX_CREDENTIAL_BYTES:
+            raise AuthenticationError(REFUSED)
         try:
             params = data.decode("utf-8")
         except UnicodeDecodeError:

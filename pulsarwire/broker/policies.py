@@ -128,11 +128,17 @@ class Namespaces:
         names: Iterable[str] = (DEFAULT_NAMESPACE,),
         policies: Mapping[str, Policies] | None = None,
         tenants: Iterable[str] = (),
+        admins: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         self._names: set[str] = {check_namespace(n) for n in names}
         self._policies: dict[str, Policies] = {}
         self._effective: dict[tuple[str, Policies], Policies] = {}
         self._tenants: set[str] = set(tenants)
+        #: Pulsar's TenantInfo.adminRoles of each tenant that has some
+        self._admins: dict[str, frozenset[str]] = {}
+        for tenant, roles in (admins or {}).items():
+            self._tenants.add(tenant)
+            self.set_admin_roles(tenant, roles)
         for scope, p in (policies or {}).items():
             self.set_policies(scope, p)
 
@@ -167,6 +173,20 @@ class Namespaces:
             return False
         self._tenants.add(tenant)
         return True
+
+    def admin_roles(self, tenant: str) -> list[str]:
+        """The roles that administrate ``tenant`` (Pulsar's TenantInfo.adminRoles)."""
+        return sorted(self._admins.get(tenant, ()))
+
+    def set_admin_roles(self, tenant: str, roles: Iterable[str]) -> None:
+        """Replace the admin roles of ``tenant`` (created when missing); raises PolicySyntaxError."""
+        check_namespace(f"{tenant}/x")
+        self._tenants.add(tenant)
+        self._admins[tenant] = frozenset(roles)
+
+    def is_admin(self, role: str | None, tenant: str) -> bool:
+        """Whether ``role`` is one of the admin roles of ``tenant``."""
+        return role is not None and role in self._admins.get(tenant, ())
 
     def require(self, namespace: str) -> None:
         """Raise NamespaceNotFound unless ``namespace`` exists."""
@@ -239,14 +259,17 @@ def _policies_from_json(d: dict[str, object]) -> Policies:
     )
 
 
-def read_state(data_dir: Path, namespaces: Iterable[str]) -> tuple[list[str], dict[str, Policies]]:
-    """Tenants and policies kept in ``data_dir`` (policies of ``namespaces`` and their topics only);
-    nothing when the file is missing or unreadable, a bad entry is skipped."""
+def read_state(
+    data_dir: Path, namespaces: Iterable[str]
+) -> tuple[list[str], dict[str, Policies], dict[str, list[str]]]:
+    """Tenants, policies and tenants' admin roles kept in ``data_dir`` (policies of ``namespaces``
+    and their topics only); nothing when the file is missing or unreadable, a bad entry is skipped."""
     try:
         state = json.loads((data_dir / STATE_FILE).read_text())
         tenants, stored = state.get("tenants", []), state.get("policies", {})
+        admins_json = state.get("admin_roles", {})
     except (OSError, ValueError, AttributeError):
-        return [], {}
+        return [], {}, {}
     names = set(namespaces)
     policies: dict[str, Policies] = {}
     for scope, value in stored.items() if isinstance(stored, dict) else ():
@@ -258,13 +281,21 @@ def read_state(data_dir: Path, namespaces: Iterable[str]) -> tuple[list[str], di
         except (PolicySyntaxError, ValueError, TypeError, IndexError):
             continue
     good = [t for t in tenants if isinstance(t, str) and split_namespace(f"{t}/x") is not None]
-    return good, policies
+    admins = {
+        t: [r for r in roles if isinstance(r, str)]
+        for t, roles in (admins_json.items() if isinstance(admins_json, dict) else ())
+        if t in good and isinstance(roles, list)
+    }
+    return good, policies, admins
 
 
 def write_state(data_dir: Path, namespaces: Namespaces) -> None:
     """Keep the tenants created on their own and every scope's policies in ``data_dir``. Raises OSError."""
     state = {
         "tenants": namespaces.own_tenants(),
+        "admin_roles": {
+            t: namespaces.admin_roles(t) for t in namespaces.own_tenants() if namespaces.admin_roles(t)
+        },
         "policies": {k: _policies_json(p) for k, p in sorted(namespaces.scoped_policies().items())},
     }
     path = data_dir / STATE_FILE

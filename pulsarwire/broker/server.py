@@ -127,6 +127,25 @@ class Broker:
         """``http://host:port`` of the web service (None when it is off)."""
         return self.web.url if self.web is not None else None
 
+    @property
+    def http_url_tls(self) -> str | None:
+        """``https://host:port`` of the web service (None when HTTPS is off)."""
+        return self.web.url_tls if self.web is not None else None
+
+    def _tls_context(self) -> ssl.SSLContext:
+        """The server context of the TLS listeners (binary and HTTPS): one certificate for both."""
+        cfg = self.config
+        if cfg.tls_cert_file is None or cfg.tls_key_file is None:
+            raise ValueError("a TLS listener (tls_port, https_port) needs tls_cert_file and tls_key_file")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(cfg.tls_cert_file), str(cfg.tls_key_file))
+        if cfg.tls_trust_certs_file is not None:
+            # Clients may present a certificate (TLS authentication); one not signed by these
+            # CAs fails the handshake, as with Pulsar's tlsAllowInsecureConnection=false.
+            context.load_verify_locations(cafile=str(cfg.tls_trust_certs_file))
+            context.verify_mode = ssl.CERT_OPTIONAL
+        return context
+
     # -- lifecycle ---------------------------------------------------------------
     async def astart(self) -> None:
         """Listen; raises BrokerStartError (one line: what and why) when the data dir is unusable or
@@ -150,15 +169,7 @@ class Broker:
         self.port = self._server.sockets[0].getsockname()[1]
         if self.tls_port is not None:
             try:
-                if cfg.tls_cert_file is None or cfg.tls_key_file is None:
-                    raise ValueError("a TLS listener needs tls_cert_file and tls_key_file")
-                context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-                context.load_cert_chain(str(cfg.tls_cert_file), str(cfg.tls_key_file))
-                if cfg.tls_trust_certs_file is not None:
-                    # Clients may present a certificate (TLS authentication); one not signed by these
-                    # CAs fails the handshake, as with Pulsar's tlsAllowInsecureConnection=false.
-                    context.load_verify_locations(cafile=str(cfg.tls_trust_certs_file))
-                    context.verify_mode = ssl.CERT_OPTIONAL
+                context = self._tls_context()
                 self._tls_server = await listen(
                     self._loop,
                     self._connection,
@@ -172,19 +183,30 @@ class Broker:
                 self._server = None
                 raise
             self.tls_port = self._tls_server.sockets[0].getsockname()[1]
-        if cfg.http_port is not None:
+        if cfg.http_port is not None or cfg.https_port is not None:
             web = WebService(self.service)
             try:
-                await web.start(cfg.host, cfg.http_port)
+                if cfg.http_port is not None:
+                    await web.start(cfg.host, cfg.http_port)
+                if cfg.https_port is not None:
+                    await web.start(cfg.host, cfg.https_port, self._tls_context())
             except BaseException:
+                await web.stop()
                 for server in (self._server, self._tls_server):
                     if server is not None:
                         server.close()
                 self._server = self._tls_server = None
                 raise
             self.web = web
-            cfg.http_port = web.port  # a restart listens on the same port
-        urls = (self.service_url, self.service_url_tls, self.http_url)
+            # a restart listens on the same ports
+            cfg.http_port, cfg.https_port = web.port, web.tls_port
+            if cfg.auth is not None and web.tls_port is None:
+                log.warning(
+                    "authentication is on and the admin API is served over plain HTTP only (%s):"
+                    " credentials cross the network in clear; add --https-port",
+                    web.url,
+                )
+        urls = (self.service_url, self.service_url_tls, self.http_url, self.http_url_tls)
         log.info("broker listening on %s", " ".join(u for u in urls if u))
 
     async def astop(self) -> None:

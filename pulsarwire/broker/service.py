@@ -31,16 +31,17 @@ import json
 import logging
 import secrets
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 from pulsarwire.errors import PulsarWireError
-from pulsarwire.naming import TopicName
+from pulsarwire.naming import PARTITION_SUFFIX, TopicName
 from pulsarwire.proto import pb
 
-from .authz import LOOKUP, Action
+from .authz import LOOKUP, Action, split_namespace
 from .compaction import CompactionStatus
 from .config import BrokerConfig, Listener
 from .faults import Faults
@@ -65,7 +66,12 @@ _DOMAINS_OF_MODE: dict[int, tuple[str, ...]] = {
 }
 #: seconds between attempts to save cursors after a write failed (disk full, read-only...)
 RETRY_WRITE_SECONDS = 5.0
-#: Marks what only a superuser may do (Pulsar: a tenant admin or a superuser).
+#: Largest partition count: Pulsar's PartitionedTopicMetadata.partitions is a Java int.
+MAX_INT32 = 2**31 - 1
+#: partitions announced to topic-list watchers between two yields to the loop
+ANNOUNCE_CHUNK = 1000
+#: Marks what only a superuser or an admin role of the namespace's tenant may do (a superuser
+#: only when no namespace is named: tenants, the broker's health).
 SUPERUSER: frozenset[Action] = frozenset()
 
 
@@ -75,6 +81,19 @@ class BrokerError(PulsarWireError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class InvalidPartitions(PulsarWireError, ValueError):
+    """A partition count Pulsar refuses (not above 0, not a 32-bit int, above the broker's maximum)."""
+
+
+def check_partitions(partitions: int, most: int) -> None:
+    """Refuse (:class:`InvalidPartitions`) a partition count Pulsar refuses: not a 32-bit int
+    above 0, or above ``most`` when that is above 0 (Pulsar's maxNumPartitionsPerPartitionedTopic)."""
+    if not 0 < partitions <= MAX_INT32:
+        raise InvalidPartitions("Number of partitions should be more than 0 and a 32-bit integer")
+    if most > 0 and partitions > most:
+        raise InvalidPartitions(f"Number of partitions should be less than or equal to {most}")
 
 
 class NotFound(BrokerError):
@@ -100,6 +119,9 @@ class Urls(Protocol):
     @property
     def http_url(self) -> str | None: ...
 
+    @property
+    def http_url_tls(self) -> str | None: ...
+
 
 class Connection(Protocol):
     """What the service asks of a client connection (the binary handler implements it)."""
@@ -121,6 +143,7 @@ class Lookup:
 
     urls: Listener
     http_url: str
+    http_url_tls: str
     redirect: bool
 
 
@@ -180,9 +203,17 @@ class BrokerService:
             self.partitioned = {k: int(v) for k, v in json.loads(path.read_text()).items()}
         if self.cluster is None:  # a cluster's brokers share one registry (Cluster sets it)
             names = [*cfg.namespaces, *(read_names(cfg.data_dir) if cfg.data_dir is not None else [])]
-            tenants, kept = read_state(cfg.data_dir, names) if cfg.data_dir is not None else ([], {})
-            # Policies set at run time (admin REST API) are kept; the flags of this start win over them.
-            self.namespaces = Namespaces(names, {**kept, **cfg.policies}, tenants)
+            tenants, kept, admins = (
+                read_state(cfg.data_dir, names) if cfg.data_dir is not None else ([], {}, {})
+            )
+            # Policies and tenants set at run time (admin REST API) are kept; the flags of this start
+            # win over them.
+            self.namespaces = Namespaces(
+                names,
+                {**kept, **cfg.policies},
+                tenants,
+                {**admins, **{t: list(r) for t, r in cfg.tenants.items()}},
+            )
 
     def keep_namespaces(self) -> None:
         """Write the namespaces into the data dir when it does not hold them all yet."""
@@ -214,21 +245,38 @@ class BrokerService:
     def authorize(
         self, role: str | None, namespace: str, needs: frozenset[Action], target: str = "", what: str = ""
     ) -> None:
-        """Refuse (AuthorizationError) unless ``role`` holds one of ``needs`` on ``namespace``
-        (:data:`SUPERUSER`: unless it is a superuser).
+        """Refuse unless ``role`` may do one of ``needs`` on ``namespace`` ("tenant/ns"; "": the
+        broker itself), as Pulsar's PulsarAuthorizationProvider decides.
 
-        Nothing is checked without authentication; with it, only grants and superusers count.
-        ``what`` (default: the actions) and ``target`` (default: nothing) word the refusal.
+        Nothing is checked without authentication. With it: a superuser may do everything; on a
+        namespace whose tenant does not exist anyone else gets :class:`NotFound` (``tenant``:
+        Pulsar's validateTenantAdminAccess answers "Tenant does not exist" before any grant is
+        read); the tenant's admin roles may do everything in it; other roles need a grant of one
+        of ``needs`` (:data:`SUPERUSER`: nothing else suffices). A refusal is BrokerError
+        AuthorizationError, worded with ``what`` (default: the actions) and ``target``.
         """
         if self.config.auth is None:
             return
         grants = self.config.grants
-        allowed = role in grants.superusers if needs is SUPERUSER else grants.allows(role, namespace, needs)
-        if not allowed:
-            what = what or " or ".join(sorted(a.value for a in needs))
-            where = f" on {target}" if target else ""
-            log.info("role %r is not authorized to %s on %s", role, what, target or namespace)
-            raise BrokerError(E.AuthorizationError, f"role {role!r} is not authorized to {what}{where}")
+        if role is not None and role in grants.superusers:
+            return
+        tenant, sep, _local = namespace.partition("/")
+        if sep and split_namespace(f"{tenant}/x") is not None:  # "tenant/ns", or "tenant/" for the tenant
+            if not self.namespaces.has_tenant(tenant):
+                raise NotFound("tenant", f"Tenant or namespace or topic does not exist: {namespace}")
+            if self.namespaces.is_admin(role, tenant):
+                return
+        if needs is SUPERUSER or not grants.allows(role, namespace, needs):
+            raise self.refusal(role, namespace, needs, target, what)
+
+    def refusal(
+        self, role: str | None, namespace: str, needs: frozenset[Action], target: str = "", what: str = ""
+    ) -> BrokerError:
+        """The AuthorizationError :meth:`authorize` raises (logged at INFO)."""
+        what = what or " or ".join(sorted(a.value for a in needs))
+        where = f" on {target}" if target else ""
+        log.info("role %r is not authorized to %s on %s", role, what, target or namespace)
+        return BrokerError(E.AuthorizationError, f"role {role!r} is not authorized to {what}{where}")
 
     def authorize_topic(self, role: str | None, name: str, needs: frozenset[Action]) -> None:
         """:meth:`authorize` on the namespace of topic ``name``, naming the topic in a refusal."""
@@ -237,7 +285,8 @@ class BrokerService:
     def require_namespace(self, namespace: str) -> None:
         """Refuse (:class:`NotFound`, TopicNotFound) a namespace ("tenant/ns") that does not exist.
 
-        Asked after authorization: a role learns nothing about namespaces it may not use.
+        Asked after authorization, as Pulsar: a role learns whether a tenant exists (Pulsar's
+        "Tenant does not exist"), and about a namespace only where it may act.
         """
         if namespace not in self.namespaces:
             tenant = namespace.partition("/")[0]
@@ -275,7 +324,8 @@ class BrokerService:
         redirect = owner is not self
         if redirect:
             self.lookups_redirected += 1
-        return Lookup(owner.listener(listener), owner.urls.http_url or "", redirect)
+        urls = owner.urls
+        return Lookup(owner.listener(listener), urls.http_url or "", urls.http_url_tls or "", redirect)
 
     def topic_for_use(self, topic: str, role: str | None, needs: frozenset[Action]) -> Topic:
         """The topic a producer or consumer is created on: authorized, in a namespace that exists,
@@ -344,12 +394,19 @@ class BrokerService:
             self.keep_namespaces()
         return created
 
-    def create_tenant(self, tenant: str) -> bool:
-        """Create ``tenant`` (False when it exists); raises OSError when the data dir cannot keep it."""
+    def create_tenant(self, tenant: str, admin_roles: Iterable[str] = ()) -> bool:
+        """Create ``tenant`` with its admin roles (False when it exists); raises PolicySyntaxError,
+        OSError when the data dir cannot keep it."""
         created = self.namespaces.create_tenant(tenant)
         if created:
+            self.namespaces.set_admin_roles(tenant, admin_roles)
             self.keep_policies()
         return created
+
+    def set_tenant_admins(self, tenant: str, admin_roles: Iterable[str]) -> None:
+        """Replace the admin roles of ``tenant`` (Pulsar's POST /admin/v2/tenants/{tenant})."""
+        self.namespaces.set_admin_roles(tenant, admin_roles)
+        self.keep_policies()
 
     def set_policies(self, scope: str, policies: Policies) -> None:
         """Set the policies of a namespace (``tenant/ns``) or topic, replacing that scope's earlier ones.
@@ -453,16 +510,37 @@ class BrokerService:
         prefix = f"{domain}://{namespace}/"
         return sorted(n for n in self.partitioned if n.startswith(prefix))
 
+    def check_partitions(self, partitions: int) -> None:
+        """:func:`check_partitions` with this broker's ``max_partitions_per_topic``."""
+        check_partitions(partitions, self.config.max_partitions_per_topic)
+
     def create_partitioned_topic(self, topic: str, partitions: int) -> None:
-        """Create (or grow) a partitioned topic; raises NamespaceNotFound without its namespace."""
+        """Create (or grow) a partitioned topic; raises :class:`InvalidPartitions`, NamespaceNotFound
+        without its namespace.
+
+        Only the count is stored: the partitions exist by it, so this is the same work for 2 or
+        2**31-1 of them. Topic-list watchers of the namespace, if any, are told of the new
+        partitions by a background task that yields to the loop between chunks.
+        """
         name = str(TopicName.parse(topic))
-        if partitions <= 0:
-            raise ValueError("partitions must be positive")
+        self.check_partitions(partitions)
         self.namespaces.require(TopicName.parse(name).namespace_name)
+        before = self.partitioned.get(name, 0)
         self.partitioned[name] = partitions
         self._save_metadata()
-        for i in range(partitions):
-            self._topic_created(str(TopicName.parse(name).partition(i)))
+        if self.loop is not None and self._watched(TopicName.parse(name).namespace_name):
+            self.keep_task(self.loop.create_task(self._announce_partitions(name, before, partitions)))
+
+    def _watched(self, namespace: str) -> bool:
+        services = [b.service for b in self.cluster.brokers] if self.cluster is not None else [self]
+        return any(s.watchers.watches(namespace) for s in services)
+
+    async def _announce_partitions(self, name: str, start: int, stop: int) -> None:
+        parent = TopicName.parse(name)
+        for first in range(start, stop, ANNOUNCE_CHUNK):
+            for i in range(first, min(first + ANNOUNCE_CHUNK, stop)):
+                self._topic_created(str(parent.partition(i)))
+            await asyncio.sleep(0)
 
     def terminate_topic(self, topic: str) -> tuple[int, int]:
         """Terminate a topic: producers are refused, consumers reach the end of the topic."""
@@ -481,8 +559,9 @@ class BrokerService:
         and cursors, as Pulsar's topic deletion; its schema stays. Connected clients are not told
         (the admin API refuses to delete a topic in use unless forced, and disconnects them first)."""
         name = TopicName.parse(topic)
+        parts = self.present_partitions(str(name)) if str(name) in self.partitioned else [str(name)]
         n = self.partitioned.pop(str(name), None)
-        for part in [str(p) for p in name.partitions(n or 0)]:
+        for part in parts:
             found = self.topics.pop(part, None)
             if found is not None:
                 self._dirty_topics.discard(found)
@@ -498,6 +577,23 @@ class BrokerService:
         assert t is not None
         t.log.trim_head(entries)
 
+    def present_partitions(self, name: str) -> list[str]:
+        """The partitions of the partitioned topic ``name`` that hold anything: loaded, or stored
+        in the data dir. The others are empty by definition (no subscription, no entry), so what
+        asks about every partition asks these only: the work follows what exists, not the count
+        (which may be 2**31-1)."""
+        n = self.partitioned.get(name, 0)
+
+        def ours(topic: str) -> bool:
+            tn = TopicName.parse(topic)
+            return 0 <= tn.partition_index < n and str(tn.partitioned_topic) == name
+
+        prefix = name + PARTITION_SUFFIX
+        found = {t for t in self.topics if t.startswith(prefix) and ours(t)}
+        if self.config.data_dir is not None and name.startswith("persistent://"):
+            found.update(t for t in stored_topics(self.config.data_dir) if t.startswith(prefix) and ours(t))
+        return sorted(found)
+
     def busy(self, name: str) -> bool:
         """Whether topic ``name`` (loaded) has connected producers or consumers."""
         topic = self.topics.get(name)
@@ -511,7 +607,7 @@ class BrokerService:
         name = TopicName.parse(topic)
         n = self.partitioned.get(str(name))
         found = []
-        for part in [str(name.partition(i)) for i in range(n)] if n else [str(name)]:
+        for part in self.present_partitions(str(name)) if n else [str(name)]:
             t = self.existing_topic(part)
             sub = t.subscriptions.get(sub_name)
             if sub is not None:
@@ -525,7 +621,7 @@ class BrokerService:
         name = TopicName.parse(topic)
         n = self.partitioned.get(str(name))
         names: set[str] = set()
-        for part in [str(name.partition(i)) for i in range(n)] if n else [str(name)]:
+        for part in self.present_partitions(str(name)) if n else [str(name)]:
             t = self.existing_topic(part)
             names.update(t.subscriptions)
             names.update(getattr(t, "saved_subscriptions", {}))

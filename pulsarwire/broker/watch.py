@@ -185,6 +185,10 @@ class TopicWatchers:
         if not mine:
             del self._by_owner[owner]
 
+    def watches(self, namespace: str) -> bool:
+        """Whether some watcher watches ``namespace``."""
+        return namespace in self._by_namespace
+
     def topic_created(self, topic: str) -> list[tuple[Watcher, str]]:
         """Watchers whose namespace and pattern match ``topic``, each with its new hash."""
         ns = TopicName.parse(topic).namespace_name

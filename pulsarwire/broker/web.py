@@ -6,25 +6,28 @@ the admin API (``/admin/v2/...``: tenants, namespaces, topics, schemas), HTTP lo
 metrics. :class:`WebService` serves the same paths, JSON shapes and status codes for what this
 broker has (``--http-port PORT``; off by default).
 
-How it works: a plain asyncio server on the broker's own event loop (no thread touches broker
-state) reads HTTP/1.1 requests with bounded sizes and deadlines -- the request head at most
-:data:`MAX_HEAD_BYTES` (else 431) within ``connect_timeout`` seconds (else 408 and close: a
-slowloris cannot hold the connection), a body only with ``Content-Length`` (chunked bodies: 411)
-of at most ``max_message_size`` bytes (else 413), read within the same deadline; a first byte
-that cannot start a request line (a Pulsar frame, a TLS hello) is answered 400 at once, as
-Jetty does, so that such a client learns what it reached; connections idle for
-``keepalive_seconds`` between requests are closed. :data:`ROUTES` is the routing table
+How it works: asyncio servers (plain HTTP, and HTTPS with the TLS listener's certificate) on the
+broker's own event loop (no thread touches broker state) hand the bytes of each connection to an
+h11 connection (sans-IO HTTP/1.1 framing: request line, headers, Content-Length or chunked
+bodies, keep-alive) and read requests with bounded sizes and deadlines -- the request head at
+most :data:`MAX_HEAD_BYTES` (else 431) within ``connect_timeout`` seconds of its first byte (else
+408 and close: a slowloris cannot hold the connection), a body of at most ``max_message_size``
+bytes (else 413), read within the same deadline; a connection's first request must start within
+``connect_timeout``, later ones within ``keepalive_seconds``; a first byte that cannot start a
+request line (a Pulsar frame) is answered 400 at once, as Jetty does, so that such a client
+learns what it reached. Endpoints that read a body need ``application/json`` (else 415). At most
+:func:`web_connection_cap` connections at once (else 503). :data:`ROUTES` is the routing table
 (method, path template, handler name); a path no template matches is 404, a path matched for
 another method is 405 with ``Allow``. Errors are Pulsar's ``{"reason": "..."}``.
 
 Authentication and authorization are those of the binary protocol: ``Authorization: Bearer
 TOKEN`` (method ``token``) or ``Basic`` (method ``basic``, the decoded ``user:password``) goes to
-the broker's authenticator; no credential is the anonymous role when there is one, else 401.
-Topic operations need the grants Pulsar's authorization provider asks for (lookup, stats, schemas
-read: produce or consume; subscriptions: consume; schema upload: produce); tenants, namespaces,
-topic creation/deletion/termination and policies need a superuser (Pulsar: a tenant admin or a
-superuser -- this broker has no tenant admins). ``/metrics`` needs nothing (Pulsar's
-``authenticateMetricsEndpoint=false``). Without authentication nothing is checked.
+the broker's authenticator (in a worker thread: a password hash does not hold the loop); no
+credential is the anonymous role when there is one, else 401. Topic operations need the grants
+Pulsar's authorization provider asks for (lookup, stats, schemas read: produce or consume;
+subscriptions: consume; schema upload: produce); namespaces, topic creation/deletion/termination
+and policies need a superuser or an admin role of the tenant; tenants a superuser. ``/metrics``
+needs nothing (Pulsar's ``authenticateMetricsEndpoint=false``). Without authentication nothing is checked.
 
 This module is the HTTP side only: reading requests, routing, JSON shapes and status codes.
 Every rule it shares with the binary protocol -- authorization, whether a tenant, namespace or
@@ -43,11 +46,16 @@ import contextlib
 import http
 import json
 import logging
+import resource
+import ssl
 import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
+
+import h11
 
 from pulsarwire.errors import AuthenticationError, InvalidTopicName, PulsarWireError
 from pulsarwire.naming import DOMAINS, TopicName
@@ -58,7 +66,7 @@ from .compaction import CompactionInProgressError
 from .net import listen, url_host
 from .policies import NamespaceNotFound, Policies, PolicySyntaxError, Retention
 from .schemas import Compatibility, IncompatibleSchemaError, InvalidSchemaError, type_name
-from .service import SUPERUSER, BrokerError, BrokerService, NotFound
+from .service import MAX_INT32, SUPERUSER, BrokerError, BrokerService, InvalidPartitions, NotFound
 
 if TYPE_CHECKING:
     from .topic import Topic
@@ -69,8 +77,11 @@ log = logging.getLogger("pulsarwire.broker.web")
 MAX_HEAD_BYTES = 8 * 1024
 #: Most header lines in one request; above: 431.
 MAX_HEADERS = 100
-#: Most HTTP connections at once (each costs a task and buffers); beyond: 503 and close.
+#: Most HTTP connections at once (each costs a task and buffers); beyond: 503 and close. Lowered
+#: to a quarter of the process's descriptor limit (see :func:`web_connection_cap`).
 MAX_HTTP_CONNECTIONS = 1024
+#: Largest Content-Length (a Java long, as Jetty reads it); above: 400.
+MAX_INT64 = 2**63 - 1
 #: Pulsar's reasons for what a request names and does not exist (the service's NotFound.what).
 _NOT_FOUND = {
     "tenant": "Tenant does not exist",
@@ -93,6 +104,16 @@ _SCHEMA_TYPES["LOCAL_TIME"] = pb.Schema.LocalTime
 _SCHEMA_TYPES["LOCAL_DATE_TIME"] = pb.Schema.LocalDateTime
 
 
+def web_connection_cap() -> int:
+    """Most HTTP connections at once: :data:`MAX_HTTP_CONNECTIONS`, and at most a quarter of the
+    process's open-file limit, so that web clients can never take the descriptors the binary
+    listener, the logs and the stored topics need."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_HTTP_CONNECTIONS
+    return max(1, min(MAX_HTTP_CONNECTIONS, soft // 4))
+
+
 class HttpError(PulsarWireError):
     """A request answered with ``status`` and Pulsar's ``{"reason": ...}``."""
 
@@ -112,6 +133,9 @@ class Route:
     handler: str
     #: whether the caller must authenticate (everything but /metrics)
     authenticated: bool = True
+    #: whether it reads a JSON body (then another Content-Type is 415, as Pulsar's
+    #: ``@Consumes(MediaType.APPLICATION_JSON)`` resources answer)
+    body: bool = False
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -129,22 +153,23 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", "lookup"),
     Route("GET", "/admin/v2/tenants", "list_tenants"),
     Route("GET", "/admin/v2/tenants/{tenant}", "get_tenant"),
-    Route("PUT", "/admin/v2/tenants/{tenant}", "create_tenant"),
+    Route("PUT", "/admin/v2/tenants/{tenant}", "create_tenant", body=True),
+    Route("POST", "/admin/v2/tenants/{tenant}", "update_tenant", body=True),
     Route("GET", "/admin/v2/namespaces/{tenant}", "list_namespaces"),
     Route("GET", _NS, "get_namespace"),
-    Route("PUT", _NS, "create_namespace"),
+    Route("PUT", _NS, "create_namespace", body=True),
     Route("GET", _NS + "/topics", "namespace_topics"),
     Route("GET", _NS + "/deduplication", "get_namespace_deduplication"),
-    Route("POST", _NS + "/deduplication", "set_namespace_deduplication"),
+    Route("POST", _NS + "/deduplication", "set_namespace_deduplication", body=True),
     Route("GET", _NS + "/retention", "get_namespace_retention"),
-    Route("POST", _NS + "/retention", "set_namespace_retention"),
+    Route("POST", _NS + "/retention", "set_namespace_retention", body=True),
     Route("GET", _NS + "/schemaCompatibilityStrategy", "get_namespace_compatibility"),
-    Route("PUT", _NS + "/schemaCompatibilityStrategy", "set_namespace_compatibility"),
+    Route("PUT", _NS + "/schemaCompatibilityStrategy", "set_namespace_compatibility", body=True),
     Route("GET", "/admin/v2/{domain}/{tenant}/{namespace}", "list_topics"),
     Route("GET", "/admin/v2/{domain}/{tenant}/{namespace}/partitioned", "list_partitioned_topics"),
     Route("GET", _TOPIC + "/partitions", "get_partitions"),
-    Route("PUT", _TOPIC + "/partitions", "create_partitioned_topic"),
-    Route("POST", _TOPIC + "/partitions", "update_partitioned_topic"),
+    Route("PUT", _TOPIC + "/partitions", "create_partitioned_topic", body=True),
+    Route("POST", _TOPIC + "/partitions", "update_partitioned_topic", body=True),
     Route("DELETE", _TOPIC + "/partitions", "delete_partitioned_topic"),
     Route("PUT", _TOPIC, "create_topic"),
     Route("DELETE", _TOPIC, "delete_topic"),
@@ -158,13 +183,18 @@ ROUTES: tuple[Route, ...] = (
     Route("PUT", _TOPIC + "/compaction", "trigger_compaction"),
     Route("GET", _TOPIC + "/compaction", "compaction_status"),
     Route("GET", _TOPIC + "/deduplicationEnabled", "get_topic_deduplication"),
-    Route("POST", _TOPIC + "/deduplicationEnabled", "set_topic_deduplication"),
+    Route("POST", _TOPIC + "/deduplicationEnabled", "set_topic_deduplication", body=True),
     Route("DELETE", _TOPIC + "/deduplicationEnabled", "remove_topic_deduplication"),
     Route("GET", _SCHEMA, "get_schema"),
     Route("GET", _SCHEMA + "/{version}", "get_schema_version"),
-    Route("POST", _SCHEMA, "post_schema"),
+    Route("POST", _SCHEMA, "post_schema", body=True),
     Route("DELETE", _SCHEMA, "delete_schema"),
-    Route("POST", "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility", "test_compatibility"),
+    Route(
+        "POST",
+        "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility",
+        "test_compatibility",
+        body=True,
+    ),
 )
 
 
@@ -207,13 +237,6 @@ class Request:
     body: bytes = b""
     #: the authenticated role (None: no authentication on the broker)
     role: str | None = None
-    version: str = "HTTP/1.1"
-
-    @property
-    def keep_alive(self) -> bool:
-        """HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 only when asked to keep it."""
-        connection = self.headers.get("connection", "").lower()
-        return connection == "keep-alive" if self.version == "HTTP/1.0" else connection != "close"
 
     def json(self) -> Any:
         """The body as JSON; raises HttpError 400 when it is not."""
@@ -233,7 +256,8 @@ class Response:
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
 
-    def encode(self, keep_alive: bool) -> bytes:
+    def events(self, close: bool) -> list[h11.Response | h11.Data | h11.EndOfMessage]:
+        """The h11 events of this answer (``close``: the connection ends after it)."""
         if self.body is None:
             data = b""
         elif isinstance(self.body, bytes):
@@ -242,16 +266,18 @@ class Response:
             data = self.body.encode()
         else:
             data = json.dumps(self.body).encode()
+        headers = [("Content-Length", str(len(data)))]
+        if data:
+            headers.append(("Content-Type", self.content_type))
+        headers.extend(self.headers.items())
+        if close:
+            headers.append(("Connection", "close"))
         try:
             phrase = http.HTTPStatus(self.status).phrase
         except ValueError:
             phrase = "Unknown"
-        lines = [f"HTTP/1.1 {self.status} {phrase}", f"Content-Length: {len(data)}"]
-        if data:
-            lines.append(f"Content-Type: {self.content_type}")
-        lines.extend(f"{k}: {v}" for k, v in self.headers.items())
-        lines.append(f"Connection: {'keep-alive' if keep_alive else 'close'}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
+        head = h11.Response(status_code=self.status, headers=headers, reason=phrase)
+        return [head, h11.Data(data=data), h11.EndOfMessage()]
 
 
 #: HTTP statuses of the service's refusals (ServerError codes) other than NotFound.
@@ -280,38 +306,58 @@ class WebService:
 
     def __init__(self, service: BrokerService) -> None:
         self.service = service
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self.port = 0
+        #: the plain HTTP port and the HTTPS port (None: that listener is off)
+        self.port: int | None = None
+        self.tls_port: int | None = None
         self.requests = 0
         self.refused = 0
+        self.max_connections = web_connection_cap()
 
     # -- lifecycle -----------------------------------------------------------------
-    async def start(self, host: str, port: int) -> None:
-        """Listen on ``host:port``; raises ListenError (port taken, unknown host...)."""
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on ``host:port``, with TLS (HTTPS) when ``tls`` is given (the TLS handshake
+        has the connect deadline); raises ListenError (port taken, unknown host...)."""
         loop = asyncio.get_running_loop()
 
         def factory() -> asyncio.StreamReaderProtocol:
             reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES, loop=loop)
             return asyncio.StreamReaderProtocol(reader, self._accepted)
 
-        self._server = await listen(loop, factory, host, port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        kw: dict[str, Any] = {}
+        if tls is not None:
+            kw = {"ssl": tls, "ssl_handshake_timeout": self.service.config.connect_timeout}
+        server = await listen(loop, factory, host, port, **kw)
+        self._servers.append(server)
+        bound = server.sockets[0].getsockname()[1]
+        if tls is not None:
+            self.tls_port = bound
+        else:
+            self.port = bound
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers = []
 
     @property
-    def url(self) -> str:
-        return f"http://{url_host(self.service.advertised_host)}:{self.port}"
+    def url(self) -> str | None:
+        """``http://host:port`` (None: no plain HTTP listener)."""
+        host = url_host(self.service.advertised_host)
+        return f"http://{host}:{self.port}" if self.port is not None else None
+
+    @property
+    def url_tls(self) -> str | None:
+        """``https://host:port`` (None: no HTTPS listener)."""
+        host = url_host(self.service.advertised_host)
+        return f"https://{host}:{self.tls_port}" if self.tls_port is not None else None
 
     def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
@@ -321,78 +367,109 @@ class WebService:
     # -- connection ------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.service.config
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         try:
-            if len(self._tasks) > MAX_HTTP_CONNECTIONS:
+            if len(self._tasks) > self.max_connections:
                 self.refused += 1
-                writer.write(_error(503, "too many HTTP connections").encode(keep_alive=False))
+                self._send(conn, writer, _error(503, "too many HTTP connections"), close=True)
                 return
+            # A connection's first request has the connect deadline to start; later ones may wait
+            # keepalive_seconds (idle between requests).
+            idle = cfg.connect_timeout
             while True:
                 try:
-                    request = await self._read_request(reader, cfg.keepalive_seconds, cfg.connect_timeout)
+                    request = await self._read_request(conn, reader, writer, idle, cfg.connect_timeout)
                 except HttpError as exc:
-                    writer.write(_error(exc.status, exc.reason).encode(keep_alive=False))
+                    self._send(conn, writer, _error(exc.status, exc.reason), close=True)
+                    await asyncio.wait_for(writer.drain(), cfg.connect_timeout)
                     return
-                response = self.handle(request)
-                keep_alive = request.keep_alive
-                writer.write(response.encode(keep_alive))
+                response = await self.handle(request)
+                self._send(conn, writer, response, close=False)
                 await asyncio.wait_for(writer.drain(), cfg.connect_timeout)
-                if not keep_alive:
-                    return
-        except (_Close, ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return  # HTTP/1.0, Connection: close, or a body left unread
+                conn.start_next_cycle()
+                idle = cfg.keepalive_seconds
+        except (_Close, ConnectionError, TimeoutError, asyncio.IncompleteReadError, h11.LocalProtocolError):
             pass
+        except Exception:  # a broker bug: this connection ends, logged once, the others go on
+            log.exception("closing an HTTP connection: unexpected failure")
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _read_request(self, reader: asyncio.StreamReader, idle: float, deadline: float) -> Request:
-        """One request: the head within ``deadline`` seconds of its first byte, then its body."""
-        try:
-            first = await asyncio.wait_for(reader.read(1), idle)
-        except TimeoutError:
-            raise _Close() from None
-        if not first:
+    @staticmethod
+    def _send(conn: h11.Connection, writer: asyncio.StreamWriter, response: Response, *, close: bool) -> None:
+        if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             raise _Close()
-        if not first.isalpha():  # a request line starts with its method: another protocol's bytes
-            raise HttpError(400, "Bad Request: not an HTTP request")
+        for event in response.events(close):
+            writer.write(conn.send(event) or b"")
+
+    async def _read_request(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        idle: float,
+        deadline: float,
+    ) -> Request:
+        """One request: its first byte within ``idle`` seconds, then the whole request (head and
+        body) within ``deadline`` seconds of that byte. Framing is h11's: a malformed request line,
+        header or Content-Length (also two that disagree) is 400, a head over MAX_HEAD_BYTES 431."""
         loop = asyncio.get_running_loop()
-        ends = loop.time() + deadline
-        try:
-            head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), deadline)
-        except asyncio.LimitOverrunError:
-            raise HttpError(431, "Request Header Fields Too Large") from None
-        except (ValueError, asyncio.IncompleteReadError):
-            raise HttpError(431, "Request Header Fields Too Large") from None
-        except TimeoutError:
-            raise HttpError(408, "Request Timeout") from None
-        if len(head) > MAX_HEAD_BYTES:
-            raise HttpError(431, "Request Header Fields Too Large")
-        request = _parse_head(head)
-        if "transfer-encoding" in request.headers:
-            raise HttpError(411, "a body needs Content-Length (chunked bodies are not accepted)")
-        length_text = request.headers.get("content-length", "0").strip()
-        if not length_text.isdigit() or len(length_text) > 18:
-            raise HttpError(400, "bad Content-Length")
-        length = int(length_text)
-        if length > self.service.config.max_message_size:
-            raise HttpError(413, f"the body is over {self.service.config.max_message_size} bytes")
-        if length:
+        ends: float | None = None
+        head: h11.Request | None = None
+        body = bytearray()
+        limit = self.service.config.max_message_size
+        while True:
             try:
-                request.body = await asyncio.wait_for(
-                    reader.readexactly(length), max(0.0, ends - loop.time())
-                )
-            except TimeoutError:
-                raise HttpError(408, "Request Timeout") from None
-        return request
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                status = exc.error_status_hint
+                reason = "Request Header Fields Too Large" if status == 431 else f"Bad Request: {exc}"
+                raise HttpError(status, reason) from None
+            if event is h11.NEED_DATA:
+                wait = idle if ends is None else max(0.0, ends - loop.time())
+                try:
+                    data = await asyncio.wait_for(reader.read(65536), wait)
+                except TimeoutError:
+                    if ends is None:
+                        raise _Close() from None
+                    raise HttpError(408, "Request Timeout") from None
+                if ends is None and data:
+                    if not data[:1].isalpha():  # a request line starts with its method: another protocol
+                        raise HttpError(400, "Bad Request: not an HTTP request")
+                    ends = loop.time() + deadline
+                if not data and ends is None:
+                    raise _Close()
+                conn.receive_data(data)
+            elif isinstance(event, h11.Request):
+                head = event
+                _check_head(event, limit)
+                if conn.they_are_waiting_for_100_continue:  # curl's Expect: 100-continue, as Jetty
+                    go_on = h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")
+                    writer.write(conn.send(go_on) or b"")
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > limit:
+                    raise HttpError(413, f"the body is over {limit} bytes")
+            elif isinstance(event, h11.EndOfMessage):
+                assert head is not None
+                return _request_of(head, bytes(body))
+            elif isinstance(event, h11.ConnectionClosed):
+                raise _Close()
 
     # -- dispatch ----------------------------------------------------------------------
-    def handle(self, request: Request) -> Response:
-        """Answer one request (runs on the broker's loop; never raises)."""
+    async def handle(self, request: Request) -> Response:
+        """Answer one request (runs on the broker's loop, but for the credential's check; never raises)."""
         self.requests += 1
         try:
             segments = [urllib.parse.unquote(s) for s in request.path.strip("/").split("/")]
             route, params = match_route(request.method, segments)
             if route.authenticated:
-                request.role = self._authenticate(request)
+                request.role = await self._authenticate(request)
+            if route.body:
+                _require_json(request)
             handler: Callable[[Request, dict[str, str]], Response] = getattr(self, "on_" + route.handler)
             return handler(request, params)
         except HttpError as exc:
@@ -403,13 +480,17 @@ class WebService:
             return _error(_status_of(exc.code), str(exc))
         except NamespaceNotFound:
             return _error(404, "Namespace does not exist")
+        except InvalidPartitions as exc:
+            return _error(406, str(exc))
         except (InvalidTopicName, PolicySyntaxError) as exc:
             return _error(412, str(exc))
         except Exception as exc:  # a broker bug or an unforeseen input: that request fails
             log.error("%s %s failed unexpectedly", request.method, request.path, exc_info=exc)
             return _error(500, f"{type(exc).__name__}: {str(exc)[:200]}")
 
-    def _authenticate(self, request: Request) -> str | None:
+    async def _authenticate(self, request: Request) -> str | None:
+        """The role of the request's credential, checked in a worker thread (a password hash costs
+        milliseconds: other requests and connections are served meanwhile); 401 when refused."""
         auth = self.service.config.auth
         if auth is None:
             return None
@@ -422,8 +503,9 @@ class WebService:
                 method, data = "basic", base64.b64decode(credential.strip(), validate=True)
             except (binascii.Error, ValueError):
                 raise HttpError(401, "Authentication required") from None
+        check = partial(auth.authenticate, method, data, time.time(), None)
         try:
-            return auth.authenticate(method, data, time.time(), None).role
+            return (await asyncio.get_running_loop().run_in_executor(None, check)).role
         except AuthenticationError as exc:
             self.service.auth_failures += 1
             log.info("HTTP authentication failed: %s", exc)
@@ -463,6 +545,14 @@ class WebService:
             raise HttpError(400, f"the body must be {what}")
         return value
 
+    def _body_int(self, request: Request, what: str, most: int) -> int:
+        """A body that is one integer of Java's type up to ``most`` (int: 2**31-1, long: 2**63-1),
+        as Jackson reads it; 400 otherwise."""
+        value = self._body_json(request, int, what)
+        if not -most - 1 <= value <= most:
+            raise HttpError(400, f"the body must be {what}, at most {most}")
+        return cast(int, value)
+
     def _update_policies(self, scope: str, **changes: Any) -> None:
         self.service.update_policies(scope, **changes)
 
@@ -484,7 +574,7 @@ class WebService:
                 "brokerUrl": urls.url or "",
                 "brokerUrlTls": urls.url_tls or "",
                 "httpUrl": found.http_url,
-                "httpUrlTls": "",
+                "httpUrlTls": found.http_url_tls,
                 "nativeUrl": urls.url or "",
             },
         )
@@ -498,18 +588,46 @@ class WebService:
         self._authorize(request, "", SUPERUSER, "administrate tenants")
         if not self.service.namespaces.has_tenant(p["tenant"]):
             raise HttpError(404, "Tenant does not exist")
-        return Response(200, {"adminRoles": [], "allowedClusters": [self.service.name]})
+        return Response(
+            200,
+            {
+                "adminRoles": self.service.namespaces.admin_roles(p["tenant"]),
+                "allowedClusters": [self.service.name],
+            },
+        )
+
+    def _admin_roles(self, request: Request) -> list[str] | None:
+        """The ``adminRoles`` of a TenantInfo body (None: no body); 400 when it is not a list of names."""
+        if not request.body:
+            return None
+        body = self._body_json(request, dict, "a TenantInfo object")
+        roles = body.get("adminRoles") or []
+        if not isinstance(roles, list) or not all(isinstance(r, str) and r for r in roles):
+            raise HttpError(400, "adminRoles must be a list of role names")
+        clusters = body.get("allowedClusters")
+        if clusters is not None and (
+            not isinstance(clusters, list) or any(c != self.service.name for c in clusters)
+        ):
+            raise HttpError(412, f"Clusters do not exist: only {self.service.name} is known")
+        return roles
 
     def on_create_tenant(self, request: Request, p: dict[str, str]) -> Response:
         self._authorize(request, "", SUPERUSER, "administrate tenants")
-        if request.body:
-            self._body_json(request, dict, "a TenantInfo object")
-        if not self.service.create_tenant(p["tenant"]):
+        roles = self._admin_roles(request)
+        if not self.service.create_tenant(p["tenant"], roles or ()):
             raise HttpError(409, "Tenant already exists")
         return Response(204)
 
-    def on_list_namespaces(self, request: Request, p: dict[str, str]) -> Response:
+    def on_update_tenant(self, request: Request, p: dict[str, str]) -> Response:
         self._authorize(request, "", SUPERUSER, "administrate tenants")
+        roles = self._admin_roles(request)
+        if not self.service.namespaces.has_tenant(p["tenant"]):
+            raise HttpError(404, "Tenant does not exist")
+        self.service.set_tenant_admins(p["tenant"], roles or ())
+        return Response(204)
+
+    def on_list_namespaces(self, request: Request, p: dict[str, str]) -> Response:
+        self._authorize(request, f"{p['tenant']}/", SUPERUSER, "list the namespaces of the tenant")
         tenant = p["tenant"]
         if not self.service.namespaces.has_tenant(tenant):
             raise HttpError(404, "Tenant does not exist")
@@ -612,9 +730,7 @@ class WebService:
 
     def on_create_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "create topics")
-        partitions = self._body_json(request, int, "the number of partitions")
-        if partitions <= 0:
-            raise HttpError(406, "Number of partitions should be more than 0")
+        partitions = self._body_int(request, "the number of partitions", MAX_INT32)
         full = str(name)
         if name.partition_index >= 0:
             raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
@@ -625,7 +741,7 @@ class WebService:
 
     def on_update_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "update topics")
-        partitions = self._body_json(request, int, "the number of partitions")
+        partitions = self._body_int(request, "the number of partitions", MAX_INT32)
         full = str(name)
         current = self.service.partition_count(full)
         if current is None:
@@ -638,10 +754,9 @@ class WebService:
     def on_delete_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "delete topics")
         full = str(name)
-        n = self.service.partition_count(full)
-        if n is None:
+        if self.service.partition_count(full) is None:
             raise HttpError(404, "Partitioned topic does not exist")
-        self._check_deletable([str(name.partition(i)) for i in range(n)], request.flag("force"))
+        self._check_deletable(self.service.present_partitions(full), request.flag("force"))
         self.service.delete_topic(full)
         return Response(204)
 
@@ -712,10 +827,7 @@ class WebService:
 
     def on_reset_cursor(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, CONSUME, "reset cursors")
-        text = p["timestamp"]
-        if not text.lstrip("-").isdigit() or len(text) > 20:
-            raise HttpError(400, f"timestamp {text!r} is not a number of milliseconds")
-        timestamp = int(text)
+        timestamp = _path_long(p["timestamp"], "timestamp", "a number of milliseconds")
         for topic, sub in self._subscriptions(name, p["subscription"]):
             position = topic.position_before_index(topic.log.index_by_publish_time(timestamp))
             self.service.reset_subscription(topic, sub, position)
@@ -775,10 +887,10 @@ class WebService:
 
     def on_get_schema_version(self, request: Request, p: dict[str, str]) -> Response:
         topic = self._schema_topic(request, p, LOOKUP, "get schemas")
-        text = p["version"]
-        if not text.isdigit() or len(text) > 19:
-            raise HttpError(400, f"schema version {text!r} is not a number")
-        return self._schema_answer(topic, int(text))
+        version = _path_long(p["version"], "schema version", "a number")
+        if version < 0:
+            raise HttpError(400, f"schema version {version} is not a version")
+        return self._schema_answer(topic, version)
 
     def _schema_answer(self, topic: str, version: int | None) -> Response:
         found = self.service.schemas.get(topic, version)
@@ -839,34 +951,58 @@ class WebService:
         return Response(202, {"isCompatibility": compatible, "schemaCompatibilityStrategy": strategy.name})
 
 
-def _parse_head(head: bytes) -> Request:
-    """The request line and headers; raises HttpError 400 (malformed) or 431 (too many headers)."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-        raise HttpError(400, "Bad Request") from None
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[0].isalpha():
-        raise HttpError(400, "Bad Request: malformed request line")
-    method, target, version = parts
-    headers: dict[str, str] = {}
-    header_lines = [line for line in lines[1:] if line]
-    if len(header_lines) > MAX_HEADERS:
+def _require_json(request: Request) -> None:
+    """415 unless a body (or a declared one) is ``application/json``, as JAX-RS refuses an entity
+    of another media type (and one without a type, read as application/octet-stream)."""
+    declared = request.headers.get("content-type")
+    if not request.body and declared is None:
+        return
+    media = (declared or "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise HttpError(415, f"Unsupported Media Type: {declared or 'none'} (send application/json)")
+
+
+def _path_long(text: str, name: str, what: str) -> int:
+    """A path value Pulsar reads as a Java long (ASCII digits, an optional minus); 400 otherwise."""
+    digits = text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 19) or int(digits) > MAX_INT64:
+        raise HttpError(400, f"{name} {text[:40]!r} is not {what}")
+    return int(text)
+
+
+def _check_head(head: h11.Request, limit: int) -> None:
+    """Refuse a head before its body is read: 431 (too many header lines), 400 (a Content-Length
+    past a Java long), 413 (a Content-Length over ``limit``)."""
+    if len(head.headers) > MAX_HEADERS:
         raise HttpError(431, "Request Header Fields Too Large")
-    for line in header_lines:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise HttpError(400, "Bad Request: malformed header")
-        headers[name.lower()] = value.strip()
-    split = urllib.parse.urlsplit(target)
+    for name, value in head.headers:
+        if name == b"content-length":  # h11 checked it is digits and agrees with any other
+            length = int(value)
+            if length > MAX_INT64:
+                raise HttpError(400, "bad Content-Length")
+            if length > limit:
+                raise HttpError(413, f"the body is over {limit} bytes")
+
+
+def _request_of(head: h11.Request, body: bytes) -> Request:
+    """The :class:`Request` of an h11 request head and its body."""
+    headers: dict[str, str] = {}
+    for name, value in head.headers:
+        key = name.decode("latin-1")
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    split = urllib.parse.urlsplit(head.target.decode("latin-1"))
     query = {k: v for k, v in urllib.parse.parse_qsl(split.query, keep_blank_values=True)}
-    return Request(method.upper(), split.path, query, headers, version=version)
+    return Request(head.method.decode("latin-1").upper(), split.path, query, headers, body)
 
 
 def _retention(body: dict[str, Any]) -> Retention:
-    """A RetentionPolicies object; raises HttpError 412 for values below -1 or not numbers."""
+    """A RetentionPolicies object; raises HttpError 400 for values past Pulsar's types (minutes:
+    int, size: long), 412 for values below -1 or not numbers."""
     minutes, size = body.get("retentionTimeInMinutes", 0), body.get("retentionSizeInMB", 0)
+    for value, most in ((minutes, MAX_INT32), (size, MAX_INT64)):
+        if isinstance(value, int) and value > most:
+            raise HttpError(400, f"retention value {value} is past {most}, Pulsar's largest")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= -1 for v in (minutes, size)):
         raise HttpError(
             412, "Invalid retention policy: retentionTimeInMinutes and retentionSizeInMB are -1 or more"

@@ -44,6 +44,9 @@ FLAGS = [
     "--max-open-logs",
     "--keepalive",
     "--stats",
+    "--tenant",
+    "--max-partitions-per-topic",
+    "--https-port",
 ]
 
 
