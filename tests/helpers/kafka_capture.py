@@ -68,7 +68,9 @@ class Listener:
                     body = self.answer(req)
                     if body is None:
                         continue
-                    conn.sendall(join(m.encode_response(req.api_key, req.api_version, req.correlation_id, body)))
+                    conn.sendall(
+                        join(m.encode_response(req.api_key, req.api_version, req.correlation_id, body))
+                    )
 
     def answer(self, req: m.Request) -> dict[str, Any] | None:
         b = req.body
@@ -90,8 +92,13 @@ class Listener:
                         "name": t,
                         "topic_id": b"\x01" * 16,
                         "partitions": [
-                            {"partition_index": 0, "leader_id": 0, "leader_epoch": 0, "replica_nodes": [0],
-                             "isr_nodes": [0]}  # fmt: skip
+                            {
+                                "partition_index": 0,
+                                "leader_id": 0,
+                                "leader_epoch": 0,
+                                "replica_nodes": [0],
+                                "isr_nodes": [0],
+                            }
                         ],
                     }
                     for t in topics
@@ -102,38 +109,62 @@ class Listener:
                 return None
             return {
                 "responses": [
-                    {"name": t["name"], "partition_responses": [
-                        {"index": p["index"], "base_offset": 0, "log_append_time_ms": -1, "log_start_offset": 0}
-                        for p in t["partition_data"]]}  # fmt: skip
+                    {
+                        "name": t["name"],
+                        "partition_responses": [
+                            {
+                                "index": p["index"],
+                                "base_offset": 0,
+                                "log_append_time_ms": -1,
+                                "log_start_offset": 0,
+                            }
+                            for p in t["partition_data"]
+                        ],
+                    }
                     for t in b["topic_data"]
                 ]
             }
         if name == "FindCoordinator":
             keys = b.get("coordinator_keys") or [b.get("key", "")]
             return {
-                "node_id": 0, "host": "127.0.0.1", "port": self.port,
-                "coordinators": [{"key": k, "node_id": 0, "host": "127.0.0.1", "port": self.port} for k in keys],
-            }  # fmt: skip
+                "node_id": 0,
+                "host": "127.0.0.1",
+                "port": self.port,
+                "coordinators": [
+                    {"key": k, "node_id": 0, "host": "127.0.0.1", "port": self.port} for k in keys
+                ],
+            }
         if name == "InitProducerId":
             return {"producer_id": 1000, "producer_epoch": 0}
         if name == "JoinGroup":
             proto = b["protocols"][0]
             member = b["member_id"] or "member-1"
             return {
-                "generation_id": 1, "protocol_type": "consumer", "protocol_name": proto["name"],
-                "leader": member, "member_id": member,
+                "generation_id": 1,
+                "protocol_type": "consumer",
+                "protocol_name": proto["name"],
+                "leader": member,
+                "member_id": member,
                 "members": [{"member_id": member, "metadata": proto["metadata"]}],
-            }  # fmt: skip
+            }
         if name == "SyncGroup":
             topic = TOPIC.encode()
             assignment = struct.pack(f">hih{len(topic)}siii", 0, 1, len(topic), topic, 1, 0, -1)
-            return {"protocol_type": "consumer", "protocol_name": b.get("protocol_name"), "assignment": assignment}
+            return {
+                "protocol_type": "consumer",
+                "protocol_name": b.get("protocol_name"),
+                "assignment": assignment,
+            }
         if name == "ListOffsets":
             return {
                 "topics": [
-                    {"name": t["name"], "partitions": [
-                        {"partition_index": p["partition_index"], "offset": 0, "old_style_offsets": [0]}
-                        for p in t["partitions"]]}  # fmt: skip
+                    {
+                        "name": t["name"],
+                        "partitions": [
+                            {"partition_index": p["partition_index"], "offset": 0, "old_style_offsets": [0]}
+                            for p in t["partitions"]
+                        ],
+                    }
                     for t in b["topics"]
                 ]
             }
@@ -148,12 +179,18 @@ def _confluent(port: int, listener: Listener) -> None:
     base = {"bootstrap.servers": f"127.0.0.1:{port}", "client.id": "golden"}
     for codec in CODECS:
         listener.label = f"confluent-{codec}"
-        p = Producer({**base, "compression.type": codec, "linger.ms": 1, "enable.idempotence": codec == "none"})
+        p = Producer(
+            {**base, "compression.type": codec, "linger.ms": 1, "enable.idempotence": codec == "none"}
+        )
         for i in range(3):
-            p.produce(TOPIC, f"value-{i}".encode() * 4, f"key-{i}".encode(), headers=[("h", b"v"), ("n", None)])
+            p.produce(
+                TOPIC, f"value-{i}".encode() * 4, f"key-{i}".encode(), headers=[("h", b"v"), ("n", None)]
+            )
         p.flush(5)
     listener.label = "confluent-group"
-    c = Consumer({**base, "group.id": "golden-group", "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c = Consumer(
+        {**base, "group.id": "golden-group", "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    )
     c.subscribe([TOPIC])
     deadline = time.monotonic() + 4
     while time.monotonic() < deadline:
@@ -168,18 +205,24 @@ def _kafka_python(port: int, listener: Listener) -> None:
     for codec in CODECS:
         listener.label = f"kafkapython-{codec}"
         p = KafkaProducer(
-            bootstrap_servers=f"127.0.0.1:{port}", client_id="golden",
-            compression_type=None if codec == "none" else codec, linger_ms=1,
-        )  # fmt: skip
+            bootstrap_servers=f"127.0.0.1:{port}",
+            client_id="golden",
+            compression_type=None if codec == "none" else codec,
+            linger_ms=1,
+        )
         for i in range(3):
             p.send(TOPIC, f"value-{i}".encode() * 4, f"key-{i}".encode(), headers=[("h", b"v")])
         p.flush(5)
         p.close(2)
     listener.label = "kafkapython-group"
     c = KafkaConsumer(
-        TOPIC, bootstrap_servers=f"127.0.0.1:{port}", group_id="golden-group", client_id="golden",
-        auto_offset_reset="earliest", enable_auto_commit=False,
-    )  # fmt: skip
+        TOPIC,
+        bootstrap_servers=f"127.0.0.1:{port}",
+        group_id="golden-group",
+        client_id="golden",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     deadline = time.monotonic() + 4
     while time.monotonic() < deadline:
         c.poll(200)
@@ -194,23 +237,31 @@ def _aiokafka(port: int, listener: Listener) -> None:
         for codec in CODECS:
             listener.label = f"aiokafka-{codec}"
             p = AIOKafkaProducer(
-                bootstrap_servers=f"127.0.0.1:{port}", client_id="golden",
-                compression_type=None if codec == "none" else codec, linger_ms=1,
-            )  # fmt: skip
+                bootstrap_servers=f"127.0.0.1:{port}",
+                client_id="golden",
+                compression_type=None if codec == "none" else codec,
+                linger_ms=1,
+            )
             await p.start()
             try:
                 for i in range(3):
                     await asyncio.wait_for(
-                        p.send_and_wait(TOPIC, f"value-{i}".encode() * 4, f"key-{i}".encode(), headers=[("h", b"v")]),
+                        p.send_and_wait(
+                            TOPIC, f"value-{i}".encode() * 4, f"key-{i}".encode(), headers=[("h", b"v")]
+                        ),
                         5,
                     )
             finally:
                 await p.stop()
         listener.label = "aiokafka-group"
         c = AIOKafkaConsumer(
-            TOPIC, bootstrap_servers=f"127.0.0.1:{port}", group_id="golden-group", client_id="golden",
-            auto_offset_reset="earliest", enable_auto_commit=False,
-        )  # fmt: skip
+            TOPIC,
+            bootstrap_servers=f"127.0.0.1:{port}",
+            group_id="golden-group",
+            client_id="golden",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         await c.start()
         try:
             with contextlib.suppress(asyncio.TimeoutError):

@@ -26,7 +26,7 @@ def test_all_three_clients_are_captured() -> None:
 def test_golden_frame_round_trips(path: Path) -> None:
     frame = path.read_bytes()
     req = messages.decode_request(frame)
-    client, scenario, api, version = path.stem.split("-")
+    _, scenario, api, version = path.stem.split("-")
     assert req.api_name == api and f"v{req.api_version}" == version
     again = messages.encode_request(
         req.api_key, req.api_version, req.correlation_id, req.client_id, req.body, req.header_tags

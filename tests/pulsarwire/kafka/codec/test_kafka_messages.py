@@ -30,11 +30,32 @@ from pulsarwire.kafka.errors import (
 
 ALL = [(name, v) for name, spec in MESSAGES.items() for v in range(spec[1], spec[2] + 1)]
 JUDGED_APIS = {
-    "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "FindCoordinator", "JoinGroup", "SyncGroup",
-    "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "CreateTopics", "DeleteTopics", "CreatePartitions",
-    "DescribeConfigs", "InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit", "EndTxn",
-    "SaslHandshake", "SaslAuthenticate", "DescribeGroups", "ListGroups",
-}  # fmt: skip
+    "ApiVersions",
+    "Metadata",
+    "Produce",
+    "Fetch",
+    "ListOffsets",
+    "FindCoordinator",
+    "JoinGroup",
+    "SyncGroup",
+    "Heartbeat",
+    "LeaveGroup",
+    "OffsetCommit",
+    "OffsetFetch",
+    "CreateTopics",
+    "DeleteTopics",
+    "CreatePartitions",
+    "DescribeConfigs",
+    "InitProducerId",
+    "AddPartitionsToTxn",
+    "AddOffsetsToTxn",
+    "TxnOffsetCommit",
+    "EndTxn",
+    "SaslHandshake",
+    "SaslAuthenticate",
+    "DescribeGroups",
+    "ListGroups",
+}
 
 SCALARS: dict[str, st.SearchStrategy[Any]] = {
     "int8": st.integers(-(2**7), 2**7 - 1),
@@ -184,7 +205,9 @@ def test_errors_are_typed_and_rooted() -> None:
 
 def test_frame_splitter_and_correlator() -> None:
     client = Correlator("me")
-    wire = client.request(18, 0, {}) + client.request(12, 0, {"group_id": "g", "generation_id": 1, "member_id": "m"})
+    wire = client.request(18, 0, {}) + client.request(
+        12, 0, {"group_id": "g", "generation_id": 1, "member_id": "m"}
+    )
     server = FrameSplitter(max_frame_size=1024)
     got = []
     for i in range(len(wire)):  # a byte at a time
