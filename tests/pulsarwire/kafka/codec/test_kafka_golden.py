@@ -16,28 +16,59 @@ CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 def test_all_three_clients_are_captured() -> None:
-    clients = {f.name.split("-")[0] for f in FRAMES}
-    assert clients == {"confluent", "kafkapython", "aiokafka"}
-    apis = {f.name.split("-")[2] for f in FRAMES}
-    assert {"ApiVersions", "Metadata", "Produce", "FindCoordinator", "JoinGroup", "SyncGroup"} <= apis
+    by_client: dict[str, set[str]] = {}
+    for f in FRAMES:
+        client, _, api, _ = f.stem.split("-")
+        by_client.setdefault(client, set()).add(api)
+    assert set(by_client) == {"confluent", "kafkapython", "aiokafka"}
+    everyday = {
+        "ApiVersions",
+        "Metadata",
+        "Produce",
+        "Fetch",
+        "ListOffsets",
+        "FindCoordinator",
+        "JoinGroup",
+        "SyncGroup",
+        "Heartbeat",
+        "OffsetCommit",
+        "OffsetFetch",
+        "InitProducerId",
+        "SaslHandshake",
+        "SaslAuthenticate",
+        "CreateTopics",
+        "DeleteTopics",
+    }
+    for client, apis in by_client.items():
+        assert everyday <= apis, (client, everyday - apis)
+    assert set().union(*by_client.values()) == set(messages.API_KEYS)  # all 25 APIs, from real clients
 
 
 @pytest.mark.parametrize("path", FRAMES, ids=lambda p: p.stem)
 def test_golden_frame_round_trips(path: Path) -> None:
     frame = path.read_bytes()
     req = messages.decode_request(frame)
-    _, scenario, api, version = path.stem.split("-")
+    client, scenario, api, version = path.stem.split("-")
     assert req.api_name == api and f"v{req.api_version}" == version
     again = messages.encode_request(
         req.api_key, req.api_version, req.correlation_id, req.client_id, req.body, req.header_tags
     )
     assert again == frame
     if api == "Produce":
-        for topic in req.body["topic_data"]:
-            for part in topic["partition_data"]:
-                batches = records.decode_batches(part["records"])
-                assert batches and all(b.compression == CODECS[scenario] for b in batches)
-                recs = [r for b in batches for r in b.records]
-                assert recs[0].key == b"key-0" and recs[0].value == b"value-0" * 4
-                assert ("h", b"v") in recs[0].headers
-                assert compression.NAMES[batches[0].compression] == scenario
+        batches = [
+            b
+            for topic in req.body["topic_data"]
+            for part in topic["partition_data"]
+            for b in records.decode_batches(part["records"])
+        ]
+        assert batches
+        first = batches[0].records[0]
+        assert first.key == b"key-0"
+        if scenario in CODECS:  # producers configured with each compression codec
+            assert {compression.NAMES[b.compression] for b in batches} == {scenario}
+            assert first.value == b"value-0" * 4 and ("h", b"v") in first.headers
+        elif scenario == "txn":  # transactional producer: the id the capture listener handed out
+            assert all(b.is_transactional and b.producer_id == 1000 for b in batches)
+            assert first.value == b"in-txn"
+        if client == "confluent" and scenario == "none":  # enable.idempotence
+            assert batches[0].producer_id == 1000 and batches[0].base_sequence == 0
