@@ -12,7 +12,9 @@ every struct then ends with its tagged fields::
 
 Decoding keeps unknown tagged fields under the key ``_unknown_tags`` (tag -> raw bytes) so a
 message re-encodes byte for byte; a known tagged field is written only when its value differs
-from its default, as Kafka does. Encoding fills absent keys with the field's default.
+from its default, as Kafka does. Encoding fills absent keys with the field's default, ignores
+fields of other versions and refuses a key that is no field of the struct in any version (a
+typo must not silently become a default).
 
 Headers (``RequestHeader`` v0-v2, ``ResponseHeader`` v0-v1) are messages like the others; the
 header version follows from whether the API version is flexible (ApiVersions responses always
@@ -221,11 +223,14 @@ def _field(f: tuple[Any, ...], version: int, flexible: bool, path: str) -> tuple
 
 
 class _Compiled:
-    __slots__ = ("path", "spec")
+    __slots__ = ("names", "path", "spec")
 
     def __init__(self, spec: _Struct, path: str) -> None:
         self.spec = spec
         self.path = path
+        self.names = frozenset(
+            [n for n, *_ in spec.regular] + [t[0] for t in spec.tagged.values()] + [n for n, _ in spec.absent]
+        ) | {UNKNOWN_TAGS}
 
     def read(self, r: p.Reader) -> Body:
         spec = self.spec
@@ -269,6 +274,9 @@ class _Compiled:
     def write(self, out: bytearray, body: Any) -> None:
         if not isinstance(body, dict):
             raise KafkaEncodeError(f"{self.path}: expected a dict, got {type(body).__name__}")
+        if not self.names.issuperset(body):
+            unknown = sorted(set(body) - self.names)
+            raise KafkaEncodeError(f"{self.path}: no field named {', '.join(map(str, unknown))}")
         spec = self.spec
         for name, _, write, default in spec.regular:
             write(out, body[name] if name in body else _fresh(default))

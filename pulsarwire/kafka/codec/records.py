@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import crc32c as _crc32c
 
 from pulsarwire.kafka.codec import compression
-from pulsarwire.kafka.codec.primitives import Reader, write_varint, write_varlong
+from pulsarwire.kafka.codec.primitives import INT8, Reader, write_varint, write_varlong
 from pulsarwire.kafka.errors import (
     KafkaCrcMismatchError,
     KafkaEncodeError,
@@ -229,7 +229,7 @@ def _decode_record(r: Reader) -> Record:
     if length < 0 or length > r.remaining:
         raise KafkaTruncatedError(f"record length {length} is over the {r.remaining} bytes left")
     rec = Reader(r.buf, r.pos, r.pos + length)
-    attributes = rec.integer(struct.Struct(">b"), "record attributes") & 0xFF
+    attributes = rec.integer(INT8, "record attributes") & 0xFF
     timestamp_delta = rec.varlong("record timestamp delta")
     offset_delta = rec.varint("record offset delta")
     key = _nullable(rec, "record key")

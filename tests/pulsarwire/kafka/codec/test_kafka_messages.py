@@ -188,6 +188,8 @@ def test_unknown_api_and_version() -> None:
 
 
 def test_encode_errors_are_local() -> None:
+    with pytest.raises(KafkaEncodeError, match="no field named partiton"):
+        m.encode_body("ListOffsetsRequest", 1, {"topics": [{"name": "t", "partitions": [{"partiton": 0}]}]})
     with pytest.raises(KafkaEncodeError):
         m.encode_body("HeartbeatRequest", 0, {"group_id": "g", "generation_id": 2**40, "member_id": "m"})
     with pytest.raises(KafkaEncodeError):
