@@ -275,8 +275,8 @@ class _Compiled:
         if not isinstance(body, dict):
             raise KafkaEncodeError(f"{self.path}: expected a dict, got {type(body).__name__}")
         if not self.names.issuperset(body):
-            unknown = sorted(set(body) - self.names)
-            raise KafkaEncodeError(f"{self.path}: no field named {', '.join(map(str, unknown))}")
+            strangers = sorted(map(str, set(body) - self.names))
+            raise KafkaEncodeError(f"{self.path}: no field named {', '.join(strangers)}")
         spec = self.spec
         for name, _, write, default in spec.regular:
             write(out, body[name] if name in body else _fresh(default))
