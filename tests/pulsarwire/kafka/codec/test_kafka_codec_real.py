@@ -2,13 +2,18 @@
 us go over a real socket to the broker and its responses decode with our codec, every byte
 consumed — ApiVersions, Metadata, CreateTopics, Produce (a v2 batch we built, every codec),
 ListOffsets, Fetch (the batches come back with our CRCs intact), FindCoordinator, DeleteTopics.
-Responses also re-encode byte for byte."""
+Responses also re-encode byte for byte. With ``PULSARWIRE_KAFKA_SAVE_RESPONSES=DIR`` the first
+response of each API and version is written to DIR: that is how
+``tests/pulsarwire/kafka/golden/responses`` (checked, without Kafka, by test_kafka_golden.py) was
+made."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +23,7 @@ from pulsarwire.kafka.codec.frames import Correlator, FrameSplitter
 from tests.helpers.real_kafka import USERS, RealKafka
 
 pytestmark = pytest.mark.real
+SAVE_RESPONSES = os.environ.get("PULSARWIRE_KAFKA_SAVE_RESPONSES")
 
 
 class Conn:
@@ -42,6 +48,10 @@ class Conn:
             assert data, "Kafka closed the connection"
             self.split.feed(data)
         resp = self.corr.response(frame)
+        if SAVE_RESPONSES:  # refresh the checked-in response frames (see the module docstring)
+            path = Path(SAVE_RESPONSES) / f"kafka-{api}Response-v{version}.bin"
+            if not path.exists():
+                path.write_bytes(frame)
         again = messages.encode_response(key, version, resp.correlation_id, resp.body)
         assert again == frame, f"{api} v{version} response does not re-encode byte for byte"
         return resp.body
