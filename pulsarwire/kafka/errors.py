@@ -7,13 +7,13 @@ that break the Kafka protocol raise a :class:`KafkaProtocolError` subclass (also
 we cannot encode raise :class:`KafkaEncodeError` (a
 :class:`~pulsarwire.errors.LocalProtocolError`). An error code in a Kafka response becomes a
 :class:`KafkaServerError` through :func:`kafka_error`, with the code's Kafka name and whether
-Kafka calls it retriable (the facts are in ``codec/error_codes.py``).
+Kafka calls it retriable (the facts are in ``error_codes.py``).
 """
 
 from __future__ import annotations
 
 from pulsarwire.errors import LocalProtocolError, PulsarWireError, RemoteProtocolError
-from pulsarwire.kafka.codec.error_codes import ERRORS
+from pulsarwire.kafka.error_codes import ERRORS
 
 
 class KafkaWireError(PulsarWireError):

@@ -1,7 +1,8 @@
 """Sans-IO Kafka codec: message definitions as data, a generic encoder/decoder, record batches,
 compression and framing.
 
-- ``definitions.py`` / ``error_codes.py``: facts generated from apache/kafka by ``_generate.py``
+- ``definitions.py``: facts generated from apache/kafka by ``_generate.py`` (which also writes
+  ``pulsarwire/kafka/error_codes.py``)
 - ``primitives.py``: integers, varints, strings, bytes, arrays (compact and classic)
 - ``messages.py``: the generic codec and the request/response headers
 - ``records.py`` / ``compression.py``: record batches v2, legacy message sets, codecs

@@ -1,4 +1,4 @@
-"""Generate ``definitions.py`` and ``error_codes.py`` from Apache Kafka's message specs.
+"""Generate ``definitions.py`` and ``../error_codes.py`` from Apache Kafka's message specs.
 
 Run by hand, never at runtime: ``python -m pulsarwire.kafka.codec._generate KAFKA_GIT_DIR [REV]``
 reads ``clients/src/main/resources/common/message/*.json`` (the facts: API keys, versions, field
@@ -220,12 +220,12 @@ def main(argv: list[str]) -> None:
         + f"NEVER = {NEVER}\n\nMESSAGES: dict[str, tuple[Any, ...]] = {body}\n"
     )
     errs = pprint.pformat(_errors(repo, rev), width=110)
-    (here / "error_codes.py").write_text(
+    (here.parent / "error_codes.py").write_text(
         ERRORS_HEADER.format(rev=f"apache/kafka@{commit}")
         + f"ERRORS: list[tuple[str, int, bool, str]] = {errs}\n"
     )
     subprocess.run(
-        [sys.executable, "-m", "ruff", "format", str(here / "definitions.py"), str(here / "error_codes.py")],
+        [sys.executable, "-m", "ruff", "format", str(here / "definitions.py"), str(here.parent / "error_codes.py")],
         check=True,
     )
 

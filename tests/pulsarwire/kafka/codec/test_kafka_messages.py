@@ -230,3 +230,57 @@ def test_frame_splitter_and_correlator() -> None:
     neg.feed(b"\xff\xff\xff\xff")
     with pytest.raises(KafkaFrameTooLargeError):
         neg.next_frame()
+
+
+def test_the_codec_is_sans_io() -> None:
+    """The codec's modules import no sockets, threads, clocks, asyncio or pyspark."""
+    import ast
+    from pathlib import Path
+
+    import pulsarwire.kafka.codec as codec_pkg
+
+    allowed = {
+        "__future__",
+        "collections",
+        "dataclasses",
+        "struct",
+        "typing",
+        "zlib",
+        "crc32c",
+        "cramjam",
+        "lz4",
+        "zstandard",
+        "pulsarwire",
+    }
+    for path in Path(codec_pkg.__file__).parent.glob("*.py"):
+        if path.name == "_generate.py":  # the offline generator (git, json), never imported at runtime
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] in allowed, f"{path.name} imports {name}"
+
+
+def test_every_module_imports_first() -> None:
+    """No import cycle: each Kafka module can be the first one a program imports."""
+    import subprocess
+    import sys
+
+    script = (
+        "import importlib, sys\n"
+        "mods = ['pulsarwire.kafka', 'pulsarwire.kafka.errors', 'pulsarwire.kafka.error_codes',\n"
+        "        'pulsarwire.kafka.codec', 'pulsarwire.kafka.codec.primitives', 'pulsarwire.kafka.codec.messages',\n"
+        "        'pulsarwire.kafka.codec.records', 'pulsarwire.kafka.codec.compression',\n"
+        "        'pulsarwire.kafka.codec.frames', 'pulsarwire.kafka.codec.definitions']\n"
+        "for mod in mods:\n"
+        "    for name in [n for n in sys.modules if n.startswith('pulsarwire.kafka')]:\n"
+        "        del sys.modules[name]\n"
+        "    importlib.import_module(mod)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
