@@ -224,10 +224,8 @@ def main(argv: list[str]) -> None:
         ERRORS_HEADER.format(rev=f"apache/kafka@{commit}")
         + f"ERRORS: list[tuple[str, int, bool, str]] = {errs}\n"
     )
-    subprocess.run(
-        [sys.executable, "-m", "ruff", "format", str(here / "definitions.py"), str(here.parent / "error_codes.py")],
-        check=True,
-    )
+    generated = [str(here / "definitions.py"), str(here.parent / "error_codes.py")]
+    subprocess.run([sys.executable, "-m", "ruff", "format", *generated], check=True)
 
 
 if __name__ == "__main__":

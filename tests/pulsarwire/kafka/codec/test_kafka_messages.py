@@ -274,7 +274,8 @@ def test_every_module_imports_first() -> None:
     script = (
         "import importlib, sys\n"
         "mods = ['pulsarwire.kafka', 'pulsarwire.kafka.errors', 'pulsarwire.kafka.error_codes',\n"
-        "        'pulsarwire.kafka.codec', 'pulsarwire.kafka.codec.primitives', 'pulsarwire.kafka.codec.messages',\n"
+        "        'pulsarwire.kafka.codec', 'pulsarwire.kafka.codec.primitives',\n"
+        "        'pulsarwire.kafka.codec.messages',\n"
         "        'pulsarwire.kafka.codec.records', 'pulsarwire.kafka.codec.compression',\n"
         "        'pulsarwire.kafka.codec.frames', 'pulsarwire.kafka.codec.definitions']\n"
         "for mod in mods:\n"
