@@ -18,6 +18,7 @@ from pulsarwire.kafka.errors import (
     KafkaCompressionError,
     KafkaCrcMismatchError,
     KafkaDecompressedSizeError,
+    KafkaEncodeError,
     KafkaLengthError,
     KafkaProtocolError,
     KafkaRecordError,
@@ -214,3 +215,23 @@ def test_legacy_message_sets() -> None:
     with pytest.raises(KafkaRecordError):
         records.decode_message_set(nested)
     assert zlib.crc32(b"") == 0  # zlib is the CRC32 of legacy messages
+
+
+@given(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**32 - 1))
+def test_varints_round_trip(i32: int, i64: int, u32: int) -> None:
+    from pulsarwire.kafka.codec import primitives as p
+
+    out = bytearray()
+    p.write_varint(out, i32)
+    p.write_varlong(out, i64)
+    p.write_uvarint(out, u32)
+    head = bytearray()
+    p.write_varint(head, i32)
+    assert len(head) == p.varint_size(i32) <= 5
+    r = p.Reader(bytes(out))
+    assert (r.varint(), r.varlong(), r.uvarint()) == (i32, i64, u32)
+    r.done("varints")
+    with pytest.raises(KafkaEncodeError):
+        p.write_varint(bytearray(), 2**31)
+    with pytest.raises(KafkaEncodeError):
+        p.write_uvarint(bytearray(), -1)
