@@ -53,7 +53,20 @@ class KafkaFrameTooLargeError(KafkaProtocolError):
 
 
 class KafkaUnknownApiError(KafkaProtocolError):
-    """The API key is not one we define, or the version is outside its valid range."""
+    """The API key is not one we define, or the version is outside its valid range.
+
+    Raised by ``decode_request``, it carries the request's ``api_key``, ``api_version`` and
+    ``correlation_id`` (when the frame holds them), so a broker can still answer, e.g. an
+    ApiVersions request of a newer version with a v0 UNSUPPORTED_VERSION response.
+    """
+
+    def __init__(
+        self, message: str, *, api_key: int = -1, api_version: int = -1, correlation_id: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
 
 
 class KafkaCorrelationError(KafkaProtocolError):

@@ -432,10 +432,20 @@ def decode_request(data: p.Buffer) -> Request:
     r = p.Reader(data)
     api_key = r.integer(p.INT16, "request api key")
     api_version = r.integer(p.INT16, "request api version")
+    correlation_id = r.integer(p.INT32, "request correlation id") if r.remaining >= 4 else None
     r.pos = 0
     name = API_NAMES.get(api_key)
-    if name is None:
-        raise KafkaUnknownApiError(f"unknown API key {api_key}")
+    lo, hi = versions(api_key) if name is not None else (0, -1)
+    if not lo <= api_version <= hi:
+        what = (
+            f"unknown API key {api_key}"
+            if name is None
+            else f"{name}Request v{api_version} (we have {lo}-{hi})"
+        )
+        raise KafkaUnknownApiError(
+            what, api_key=api_key, api_version=api_version, correlation_id=correlation_id
+        )
+    assert name is not None
     body_schema = schema(f"{name}Request", api_version)
     header = schema("RequestHeader", request_header_version(api_key, api_version)).read(r)
     body = body_schema.read(r)

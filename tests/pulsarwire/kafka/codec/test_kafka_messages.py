@@ -181,6 +181,14 @@ def test_hostile_lengths_and_varints() -> None:
 def test_unknown_api_and_version() -> None:
     with pytest.raises(KafkaUnknownApiError):
         m.decode_request(b"\x00\x63\x00\x00\x00\x00\x00\x01\x00\x00")
+    # an ApiVersions request newer than ours: what a broker needs for its v0 fallback answer
+    with pytest.raises(KafkaUnknownApiError) as err:
+        m.decode_request(b"\x00\x12\x00\x63\x00\x00\x00\x2a\x00\x00")
+    assert (err.value.api_key, err.value.api_version, err.value.correlation_id) == (18, 99, 42)
+    fallback = m.encode_response(18, 0, 42, {"error_code": 35, "api_keys": []})
+    cid, body = m.decode_response(18, 0, fallback)
+    assert (cid, body["error_code"], body["api_keys"]) == (42, 35, [])
+    assert fallback == bytes.fromhex("0000002a002300000000")  # header v0, error, empty array
     with pytest.raises(KafkaUnknownApiError):
         m.decode_request(b"\x00\x00\x00\x63\x00\x00\x00\x01\x00\x00")
     with pytest.raises(KafkaTruncatedError):
