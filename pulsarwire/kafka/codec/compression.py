@@ -7,8 +7,9 @@ clients write (raw snappy, as some clients write, is read too)::
     xerial := 0x82 "SNAPPY" 0x00 version:int32 compatible:int32 (size:int32 snappy_block[size])*
 
 lz4 in the LZ4 *frame* format (Kafka >= 0.10, magic 1+); zstd frames. Decompression never
-produces more than ``max_size`` bytes: every codec is driven in bounded steps (or its declared
-size is checked first) and :class:`~pulsarwire.kafka.errors.KafkaDecompressedSizeError` is
+produces more than ``max_size`` bytes (give or take one step of 1 MiB): every codec is driven
+in bounded steps (or its declared size is checked first), nothing is allocated from ``max_size``
+itself, and :class:`~pulsarwire.kafka.errors.KafkaDecompressedSizeError` is
 raised as soon as the output would pass the limit.
 """
 
@@ -35,6 +36,7 @@ XERIAL_HEADER = struct.Struct(">8sii")  # magic, version, compatible version
 XERIAL_BLOCK = struct.Struct(">i")
 XERIAL_BLOCK_SIZE = 32 * 1024
 
+STEP = 1 << 20  # lz4 and zstd decompress in steps of this many bytes, the limit checked after each
 _ZSTD_C = zstandard.ZstdCompressor(level=3)
 _ZSTD_D = zstandard.ZstdDecompressor()
 
@@ -103,7 +105,11 @@ def _unsnappy(data: bytes, max_size: int) -> bytes:
 
 def _unlz4(data: bytes, max_size: int) -> bytes:
     d = lz4.frame.LZ4FrameDecompressor()
-    out = d.decompress(data, max_length=max_size + 1)
+    out = bytearray(d.decompress(data, max_length=STEP))
+    while not d.eof and not d.needs_input:
+        if len(out) > max_size:
+            raise _too_big(LZ4, max_size)
+        out += d.decompress(b"", max_length=STEP)
     if len(out) > max_size:
         raise _too_big(LZ4, max_size)
     if not d.eof:
@@ -117,10 +123,12 @@ def _unzstd(data: bytes, max_size: int) -> bytes:
     declared = zstandard.frame_content_size(data)
     if declared > max_size:
         raise _too_big(ZSTD, max_size)
+    out = bytearray()
     with _ZSTD_D.stream_reader(data, read_across_frames=True) as reader:
-        out = reader.read(max_size + 1)
-    if len(out) > max_size:
-        raise _too_big(ZSTD, max_size)
+        while chunk := reader.read(STEP):
+            out += chunk
+            if len(out) > max_size:
+                raise _too_big(ZSTD, max_size)
     return bytes(out)
 
 
