@@ -101,8 +101,13 @@ def test_our_codec_against_real_kafka(real_kafka: RealKafka) -> None:
             {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}], "timeout_ms": 30000},
         )
         assert created["topics"][0]["error_code"] == 0
-        meta = conn.call("Metadata", {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
-        assert meta["topics"][0]["name"] == topic and meta["topics"][0]["error_code"] == 0
+        # the broker learns of the new topic from the controller a moment later: ask until it knows
+        meta = conn.retry(
+            "Metadata",
+            {"topics": [{"name": topic}], "allow_auto_topic_creation": False},
+            lambda r: r["topics"][0]["error_code"] == 0 and r["topics"][0]["partitions"],
+        )
+        assert meta["topics"][0]["name"] == topic
         topic_id = meta["topics"][0]["topic_id"]
 
         sent = []
@@ -114,7 +119,7 @@ def test_our_codec_against_real_kafka(real_kafka: RealKafka) -> None:
                 compression_codec=codec,
             )
             sent.append(batch.records[0])
-            produced = conn.call(
+            produced = conn.retry(  # a refused batch is not appended, so a retry keeps the offsets
                 "Produce",
                 {
                     "acks": -1,
@@ -126,6 +131,7 @@ def test_our_codec_against_real_kafka(real_kafka: RealKafka) -> None:
                         }
                     ],
                 },
+                lambda r: r["responses"][0]["partition_responses"][0]["error_code"] == 0,
             )
             part = produced["responses"][0]["partition_responses"][0]
             assert (part["error_code"], part["base_offset"]) == (0, i)
@@ -192,9 +198,10 @@ def test_groups_transactions_admin_and_sasl_against_real_kafka(real_kafka: RealK
             )
             assert out["results"][0]["error_code"] == 0
         for version in sorted(set(conn.shared("DescribeConfigs"))):
-            out = conn.call(
+            out = conn.retry(  # the broker (not the controller) answers: it may not know the topic yet
                 "DescribeConfigs",
                 {"resources": [{"resource_type": 2, "resource_name": topic, "configuration_keys": None}]},
+                lambda r: r["results"][0]["error_code"] == 0 and r["results"][0]["configs"],
                 version,
             )
             names = {c["name"] for c in out["results"][0]["configs"]}
