@@ -66,6 +66,7 @@ soak: $(STAMP)
 fuzz: $(STAMP)
 	-$(PY) -m pip install --quiet atheris
 	$(PY) bench/fuzz_codec.py --runs 1000000
+	$(PY) bench/fuzz_codec.py --protocol kafka --runs 1000000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .run

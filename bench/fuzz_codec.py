@@ -21,6 +21,12 @@ Engines:
   ``--seed`` makes a run reproducible.
 
 ``auto`` (the default) picks atheris when present. The summary gives runs/second.
+
+``--protocol kafka`` fuzzes the Kafka codec instead (``pulsarwire.kafka.codec``): the seed corpus
+is the golden request frames of confluent-kafka, kafka-python and aiokafka
+(``tests/pulsarwire/kafka/golden``); each input goes through ``FrameSplitter`` (in two pieces),
+``decode_request`` on every frame, and ``decode_batches`` on every records field of a Produce
+request. Only KafkaWireErrors (PulsarWireErrors) may come out.
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ INTERESTING_U32 = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 127, 128, 255, 256, 0x7
 INTERESTING_BYTES = [0x00, 0x01, 0x02, 0x08, 0x0E, 0x10, 0x7F, 0x80, 0xFF]
 
 # The codec is imported lazily (see _load) so that atheris can instrument it first.
+PROTOCOL = "pulsar"  # or "kafka" (--protocol)
+KAFKA_GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "pulsarwire" / "kafka" / "golden"
+kafka: Any = None
 codec: Any = None
 errors: Any = None
 pb: Any = None
@@ -58,7 +67,16 @@ uncompressed_payload: Any = None
 
 
 def _load() -> None:
-    global codec, errors, pb, is_batch, split_batch_columns, uncompressed_payload
+    global codec, errors, pb, is_batch, split_batch_columns, uncompressed_payload, kafka
+    if PROTOCOL == "kafka":
+        import types
+
+        import pulsarwire.errors as errors_mod
+        from pulsarwire.kafka.codec import frames, messages, records
+
+        kafka = types.SimpleNamespace(frames=frames, messages=messages, records=records)
+        errors = errors_mod
+        return
     import pulsarwire.codec as codec_mod
     import pulsarwire.errors as errors_mod
     from pulsarwire.codec.batch import is_batch as is_batch_fn
@@ -102,6 +120,8 @@ def target(data: bytes, verify_checksum: bool, split: int) -> tuple[str, ...]:
 
     Anything else propagates.
     """
+    if PROTOCOL == "kafka":
+        return kafka_target(data, split)
     seen: list[str] = []
     dec = codec.FrameDecoder(MAX_MESSAGE, verify_checksum=verify_checksum)
     split = min(split, len(data))
@@ -130,6 +150,41 @@ def target(data: bytes, verify_checksum: bool, split: int) -> tuple[str, ...]:
         dec.eof()
     except errors.PulsarWireError as exc:
         seen.append(type(exc).__name__)
+    return tuple(seen)
+
+
+def kafka_target(data: bytes, split: int) -> tuple[str, ...]:
+    """The Kafka receive path: frames, requests, and the record batches of Produce requests."""
+    seen: list[str] = []
+    splitter = kafka.frames.FrameSplitter(MAX_MESSAGE)
+    split = min(split, len(data))
+    for piece in (data[:split], data[split:]):
+        splitter.feed(piece)
+        while True:
+            try:
+                frame = splitter.next_frame()
+            except errors.PulsarWireError as exc:  # a bad size is fatal to the stream
+                seen.append(type(exc).__name__)
+                return tuple(seen)
+            if frame is None:
+                break
+            try:
+                req = kafka.messages.decode_request(frame)
+            except errors.PulsarWireError as exc:
+                seen.append(type(exc).__name__)
+                continue
+            seen.append(f"#{req.api_key}")
+            if req.api_name == "Produce":
+                for topic in req.body["topic_data"]:
+                    for part in topic["partition_data"]:
+                        try:
+                            batches = kafka.records.decode_batches(
+                                part["records"] or b"", max_decompressed=MAX_UNCOMPRESSED
+                            )
+                        except errors.PulsarWireError as exc:
+                            seen.append(type(exc).__name__)
+                        else:
+                            seen.append(f"m{min(sum(len(b.records) for b in batches), 8)}")
     return tuple(seen)
 
 
@@ -217,7 +272,22 @@ def _payload_seed(cmd: Any, md: Any, payload: bytes, bem: Any) -> Seed:
     return Seed(data, tuple(offsets))
 
 
+def kafka_corpus() -> list[Seed]:
+    """The golden frames of the three Kafka clients, each with its size prefix, and a stream of all."""
+    frames = [p.read_bytes() for p in sorted(KAFKA_GOLDEN.glob("*.bin"))]
+    seeds = [Seed(kafka.frames.join(f), (0,)) for f in frames]
+    stream = b"".join(s.data for s in seeds[:8])
+    offsets, pos = [], 0
+    for s in seeds[:8]:
+        offsets.append(pos)
+        pos += len(s.data)
+    seeds.append(Seed(stream, tuple(offsets)))
+    return seeds
+
+
 def build_corpus() -> list[Seed]:
+    if PROTOCOL == "kafka":
+        return kafka_corpus()
     T = pb.BaseCommand
     seeds: list[Seed] = []
     for kind in (T.PING, T.PONG):
@@ -466,7 +536,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
     parser.add_argument("--artifacts", default=".run/fuzz", help="directory for crashing inputs")
     parser.add_argument("--replay", metavar="HEX|FILE", help="run one input and print what it decodes to")
+    parser.add_argument(
+        "--protocol", choices=("pulsar", "kafka"), default="pulsar", help="which codec to fuzz"
+    )
     args = parser.parse_args(argv)
+    global PROTOCOL
+    PROTOCOL = args.protocol
 
     if args.replay:
         return replay(args.replay)
@@ -479,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
             engine = "builtin"
         else:
             engine = "atheris"
-    print(f"fuzzing the codec: engine={engine} runs={args.runs} seed={seed}", flush=True)
+    print(f"fuzzing the {PROTOCOL} codec: engine={engine} runs={args.runs} seed={seed}", flush=True)
     if engine == "atheris":
         return run_atheris(args.runs, seed, args.max_len, args.max_seconds, args.artifacts)
     return run_builtin(args.runs, seed, args.max_len, args.max_seconds, args.artifacts)

@@ -1,9 +1,10 @@
 """``make bench``: run every benchmark, print the figures and write them to bench/results.md.
 
-Each benchmark is a separate process (``bench/codec.py``, ``bench/produce.py`` (also with
-``--mode arrow``), ``bench/consume.py``, ``bench/memory.py``, ``bench/broker_resources.py``,
-``bench/hostile.py``, ``bench/spark_ingest.py``, ``bench/spark_runner.py``,
-``bench/spark_sink.py``, ``bench/spark_read_split.py``, ``bench/delta_engines.py``); their output
+Each benchmark is a separate process (``bench/codec.py``, ``bench/kafka_codec.py``,
+``bench/produce.py`` (also with ``--mode arrow``), ``bench/consume.py``, ``bench/memory.py``,
+``bench/broker_resources.py``, ``bench/hostile.py``, ``bench/spark_ingest.py``,
+``bench/spark_runner.py``, ``bench/spark_sink.py``, ``bench/spark_read_split.py``,
+``bench/delta_engines.py``); their output
 is copied verbatim under a heading, after the machine line. Sizes are moderate so the whole run
 takes a few minutes; pass ``--full`` for the sizes the issues name (1M messages, 5M for memory,
 2M for the read split).
@@ -39,6 +40,7 @@ def main() -> None:
     n = "1000000" if args.full else "200000"
     sections = [
         ("Codec (bench/codec.py)", run("codec.py", "--batches", "1000" if args.full else "300")),
+        ("Kafka codec (bench/kafka_codec.py)", run("kafka_codec.py")),
         ("Produce (bench/produce.py)", run("produce.py", "--messages", n)),
         # issue 18 goal 1: send_arrow at the goal's size, 1M even by default
         (
