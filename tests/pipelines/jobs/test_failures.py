@@ -455,6 +455,7 @@ def group_ends(pgid: int, also: set[int] | frozenset[int] = frozenset(), timeout
     return True
 
 
+@pytest.mark.long  # ~85 s: make test-long (CI's second step)
 @pytest.mark.spark_process  # every run is its own process: the signals are the point
 def test_signals_and_a_refused_second_run_leave_a_rerun_exactly_once(broker: Broker, tmp_path: Path) -> None:
     produce(broker.service_url, "orders", 6000)

@@ -46,6 +46,7 @@ def run_job(cfg: dict[str, Any], fault: str) -> int:
     return proc.returncode
 
 
+@pytest.mark.long  # ~85 s: make test-long (CI's second step)
 @pytest.mark.spark_process
 @pytest.mark.timeout(900)
 def test_crashes_at_every_step_and_a_lost_checkpoint(
