@@ -1071,7 +1071,10 @@ class ServerConnection(asyncio.Protocol):
         self._authorize(topic.name, CONSUME)
         resp, s = new_command(T.GET_LAST_MESSAGE_ID_RESPONSE)
         s.request_id = req.request_id
-        ledger, entry = topic.log.last_position
+        # As Apache Pulsar: a topic never written answers -1:-1 (one whose entries were all
+        # trimmed still answers its last position)
+        never_written = len(topic.log) == 0 and topic.log.trimmed == 0
+        ledger, entry = (-1, -1) if never_written else topic.log.last_position
         s.last_message_id.ledgerId = ledger % 2**64
         s.last_message_id.entryId = entry % 2**64
         if topic.partition_index >= 0:

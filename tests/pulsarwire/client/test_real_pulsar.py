@@ -347,11 +347,6 @@ def last_id_of_an_empty_topic(url: str) -> str:
         client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding (issue 34): for a topic never written, Apache Pulsar 4.0.7 answers "
-    "GET_LAST_MESSAGE_ID with -1:-1, our broker with (current ledger):-1",
-)
 def test_last_message_id_of_an_empty_topic_as_apache_pulsar(real_pulsar: RealPulsar) -> None:
     with Broker() as ours:
         mine = last_id_of_an_empty_topic(ours.service_url)
