@@ -600,12 +600,22 @@ def _unknown_key(loc: Loc) -> str:
     return f"unknown key (expected one of: {', '.join(known)})"
 
 
-def _message(err: Mapping[str, Any], loc: Loc) -> str:
+def _env_names(via: tuple[str, ...]) -> list[str]:
+    """The environment variables a value came through (``$NAME`` in its ``via`` chain)."""
+    return [ref.split(" ", 1)[0] for ref in via if ref.startswith("$")]
+
+
+def _message(err: Mapping[str, Any], loc: Loc, via: tuple[str, ...] = ()) -> str:
     kind = err["type"]
     ctx = err.get("ctx") or {}
     value = err.get("input")
-    secret = any(is_secret_key(p) for p in loc)
-    got = "" if secret else f", got {show(value)}"
+    # a value from the environment is named by its variable, never echoed, nor hinted at
+    from_env = _env_names(via)
+    secret = bool(from_env) or any(is_secret_key(p) for p in loc)
+    if from_env:
+        got = f", got the value of {' ← '.join(from_env)}"
+    else:
+        got = "" if secret else f", got {show(value)}"
     if kind == "missing":
         return "required"
     if kind == "extra_forbidden":
@@ -638,17 +648,33 @@ def _message(err: Mapping[str, Any], loc: Loc) -> str:
     return str(err.get("msg", "invalid")).split("\n")[0]
 
 
-def _validation_lines(exc: ValidationError, doc: _Doc) -> list[str]:
+def _validation_lines(
+    exc: ValidationError, doc: _Doc, via: Mapping[Loc, tuple[str, ...]] | None = None
+) -> list[str]:
     lines: list[str] = []
     for err in exc.errors():
         loc: Loc = tuple(p for p in err["loc"] if p not in UNION_TAGS)
         found = (err.get("ctx") or {}).get("problems") if err["type"] == "job" else None
         if found:
             for where, message in found:
-                lines.append(doc.line((*loc, *where), message))
+                at = (*loc, *where)
+                lines.append(_unechoed(doc.line(at, message), (via or {}).get(at, ())))
         else:
-            lines.append(doc.line(loc, _message(err, loc)))
+            came = (via or {}).get(loc, ())
+            lines.append(_unechoed(doc.line(loc, _message(err, loc, came)), came))
     return list(dict.fromkeys(lines))
+
+
+def _unechoed(line: str, via: tuple[str, ...]) -> str:
+    """``line`` with every environment variable's value that the key's value came through replaced
+    by the variable's name: a rejected value from the environment is never echoed (issue 29)."""
+    for name in _env_names(via):
+        value = os.environ.get(name[1:])
+        if value:
+            line = line.replace(show(value), f"<the value of {name}>")
+            if len(value) >= 4:  # inside a longer value (pulsar://${env:HOST}:6650); a short one stays
+                line = line.replace(value, f"<{name}>")
+    return line
 
 
 def _scrub(lines: Iterable[str], secrets: Iterable[str]) -> list[str]:
@@ -759,7 +785,7 @@ def load_job(
     try:
         job = Job.model_validate(resolved)
     except ValidationError as exc:
-        raise JobError(_scrub(_validation_lines(exc, doc), secrets)) from None
+        raise JobError(_scrub(_validation_lines(exc, doc, interp.via), secrets)) from None
 
     secrets |= {v.get_secret_value() for v in job.spark.storage_options.values()}
     job._source_file = label
