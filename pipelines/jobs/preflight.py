@@ -347,21 +347,25 @@ def start_positions(job: Job, *, committed: bool = False) -> tuple[Offsets | Non
     return stored_offsets(job), "offsets"
 
 
-def lost_positions(job: Job, planner: Planner, parts: list[str]) -> dict[str, str]:
+def lost_positions(job: Job, planner: Planner, parts: list[str]) -> tuple[dict[str, str], str]:
     """topic-partition → why the position the job resumes from no longer means what it meant:
-    past the partition's end, or ahead of what the job's subscription has acknowledged."""
+    past the partition's end, or ahead of what the job's subscription has acknowledged; and
+    where those positions are kept (``checkpoint`` or ``offsets``)."""
     start, where = start_positions(job)
     if start is None:
-        return {}
+        return {}, where
     kind = "checkpointed" if where == "checkpoint" else "stored"
     found: dict[str, str] = {}
     latest = planner.latest(parts)
     for tp, pos in start.items():
         if tp in latest and pos > latest[tp]:
             found[tp] = str(OffsetsAheadError(tp, str(pos), str(latest[tp]), kind))
-    acked_start, acked_where = start_positions(job, committed=True)
+    # the checkpoint's last committed batch; the offset store holds committed positions only
+    acked_start, acked_where = (
+        start_positions(job, committed=True) if where == "checkpoint" else (start, where)
+    )
     if acked_start is None:
-        return found
+        return found, where
     # the subscription is acknowledged before a position is stored (or a batch committed); the
     # job has subscribed before, so asking subscribes nothing new unless it was lost
     durable = _planner(job, durable=True)
@@ -381,15 +385,15 @@ def lost_positions(job: Job, planner: Planner, parts: list[str]) -> dict[str, st
                     "checkpointed" if acked_where == "checkpoint" else "stored",
                 )
             )
-    return found
+    return found, where
 
 
-def position_problems(job: Job, lost: dict[str, str]) -> tuple[list[str], Offsets]:
-    """``lost`` (:func:`lost_positions`) as error lines (``fail_on_data_loss``), or as warnings
-    and the partitions the run reads again from their earliest message."""
+def position_problems(job: Job, lost: dict[str, str], where: str) -> tuple[list[str], Offsets]:
+    """``lost`` (:func:`lost_positions`, positions kept in ``where``) as error lines
+    (``fail_on_data_loss``), or as warnings and the partitions the run reads again from their
+    earliest message."""
     src = job.source.pulsar
     assert src is not None
-    where = "checkpoint" if checkpoint_offsets(job.checkpoint) is not None else "offsets"
     if src.fail_on_data_loss:
         return [
             f"{job.source_file}: {where}: {text}; resuming there could skip messages written since. "
@@ -416,7 +420,7 @@ def topic_problems(job: Job, *, positions: bool) -> tuple[list[str], Offsets]:
             return [f"{job.source_file}: {_topic_key(job)}: {exc}"], Offsets({})
         if not positions:
             return [], Offsets({})
-        return position_problems(job, lost_positions(job, planner, parts))
+        return position_problems(job, *lost_positions(job, planner, parts))
     finally:
         planner.close()
 
