@@ -56,6 +56,18 @@ def split_namespace(namespace: str) -> tuple[str, str] | None:
     return tenant, local
 
 
+def parse_actions(names: Iterable[str]) -> frozenset[Action]:
+    """The actions named (``produce``, ``consume``: Pulsar's AuthAction values this broker has);
+    raises GrantSyntaxError for another name."""
+    known = {a.value: a for a in Action}
+    found = set()
+    for name in names:
+        if name not in known:
+            raise GrantSyntaxError(f"unknown action {name!r} (use produce, consume)")
+        found.add(known[name])
+    return frozenset(found)
+
+
 @dataclass(frozen=True, slots=True)
 class Grant:
     """``actions`` on ``scope`` ("tenant/namespace", "tenant/*" or "*") for ``role``."""
@@ -82,13 +94,8 @@ class Grant:
         if len(parts) != 3:
             raise GrantSyntaxError(f"grant {spec!r} is not {GRANT_SYNTAX}")
         role, scope, actions = parts
-        names = [a.strip() for a in actions.split(",") if a.strip()]
-        known = {a.value: a for a in Action}
-        unknown = [a for a in names if a not in known]
-        if unknown:
-            raise GrantSyntaxError(f"grant {spec!r}: unknown action {unknown[0]!r} (use produce, consume)")
         try:
-            return cls(role, scope, frozenset(known[a] for a in names))
+            return cls(role, scope, parse_actions(a.strip() for a in actions.split(",") if a.strip()))
         except GrantSyntaxError as exc:
             raise GrantSyntaxError(f"grant {spec!r}: {exc}") from None
 

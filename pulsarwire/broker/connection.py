@@ -912,7 +912,6 @@ class ServerConnection(asyncio.Protocol):
         log_ = topic.log
         # Non-persistent: a subscription lives while it has consumers and sees what comes after.
         durable = req.durable and topic.persistent
-        saved = getattr(topic, "saved_subscriptions", {}).get(req.subscription) if durable else None
         if not topic.persistent:
             start = log_.last_position
         elif not durable and req.HasField("start_message_id"):
@@ -933,21 +932,9 @@ class ServerConnection(asyncio.Protocol):
             start = EARLIEST
         else:
             start = log_.last_position
-        sub = Subscription(
-            req.subscription,
-            log_,
-            req.subType,
-            durable=durable,
-            start=start,
-            partition_index=topic.partition_index,
-            on_change=lambda: self.service.mark_dirty(topic),
+        return self.service.new_subscription(
+            topic, req.subscription, req.subType, durable=durable, start=start
         )
-        if saved:
-            sub.restore(saved)
-        topic.subscriptions[req.subscription] = sub
-        if durable:
-            self.service.mark_dirty(topic)
-        return sub
 
     def _consumer(self, consumer_id: int) -> tuple[ConsumerRef, Topic, Subscription]:
         found = self.consumers.get(consumer_id)
@@ -1047,13 +1034,11 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.seek
         _consumer, topic, sub = self._consumer(req.consumer_id)
         self._authorize(topic.name, CONSUME)
-        log_ = topic.log
         if req.HasField("message_publish_time"):
-            idx = log_.index_by_publish_time(req.message_publish_time)
+            target = self.service.seek_position(topic, publish_time=req.message_publish_time)
         elif req.HasField("message_id"):
             mid = req.message_id
-            pos = (_signed(mid.ledgerId), _signed(mid.entryId))
-            idx = 0 if pos[0] < 0 else log_.index_at_or_after(pos)
+            target = self.service.seek_position(topic, position=(_signed(mid.ledgerId), _signed(mid.entryId)))
         else:
             raise BrokerError(E.MetadataError, "seek without message id or publish time")
         # As Apache Pulsar does: disconnect the subscription's consumers, reset, then answer.
@@ -1062,7 +1047,7 @@ class ServerConnection(asyncio.Protocol):
             conn.close_consumer(conn_consumer.consumer_id)
         if not sub.durable:
             topic.subscriptions[sub.name] = sub
-        sub.reset(topic.position_before_index(idx))
+        sub.reset(target)
         self._success(req.request_id)
 
     def on_get_last_message_id(self, cmd: pb.BaseCommand, _: Any) -> None:
@@ -1071,16 +1056,13 @@ class ServerConnection(asyncio.Protocol):
         self._authorize(topic.name, CONSUME)
         resp, s = new_command(T.GET_LAST_MESSAGE_ID_RESPONSE)
         s.request_id = req.request_id
-        # As Apache Pulsar: a topic never written answers -1:-1 (one whose entries were all
-        # trimmed still answers its last position)
-        never_written = len(topic.log) == 0 and topic.log.trimmed == 0
-        ledger, entry = (-1, -1) if never_written else topic.log.last_position
-        s.last_message_id.ledgerId = ledger % 2**64
-        s.last_message_id.entryId = entry % 2**64
-        if topic.partition_index >= 0:
-            s.last_message_id.partition = topic.partition_index
-        if topic.log.entries and topic.log.entries[-1].is_batch:
-            s.last_message_id.batch_index = topic.log.entries[-1].num_messages - 1
+        last = self.service.last_message_id(topic)
+        s.last_message_id.ledgerId = last.ledger_id % 2**64
+        s.last_message_id.entryId = last.entry_id % 2**64
+        if last.partition >= 0:
+            s.last_message_id.partition = last.partition
+        if last.batch_index >= 0:
+            s.last_message_id.batch_index = last.batch_index
         md = sub.mark_delete
         s.consumer_mark_delete_position.ledgerId = md[0] % 2**64
         s.consumer_mark_delete_position.entryId = md[1] % 2**64

@@ -20,7 +20,9 @@ Pulsar's order of topic policies, namespace policies and broker configuration:
   this broker never deletes acknowledged messages by itself, so every retention is honoured.
 
 Tenants exist while one of their namespaces does, or once created by :meth:`Namespaces.create_tenant`
-(the admin REST API's ``PUT /admin/v2/tenants/{tenant}``). With a data directory those tenants and
+(the admin REST API's ``PUT /admin/v2/tenants/{tenant}``). Permissions granted through the admin
+API (Pulsar's ``auth_policies``: role -> actions on a namespace or a topic) are kept here too,
+beside the broker's ``--grant`` flags. With a data directory those tenants, the permissions and
 the policies set at run time are kept in ``policies.json`` there (:func:`read_state`,
 :func:`write_state`); the broker's flags of a start win over kept policies of the same scope.
 
@@ -40,7 +42,7 @@ from pathlib import Path
 from pulsarwire.errors import InvalidTopicName, PulsarWireError
 from pulsarwire.naming import TopicName
 
-from .authz import split_namespace
+from .authz import Action, parse_actions, split_namespace
 from .schemas import Compatibility
 
 #: The namespace a standalone Pulsar starts with.
@@ -129,6 +131,7 @@ class Namespaces:
         policies: Mapping[str, Policies] | None = None,
         tenants: Iterable[str] = (),
         admins: Mapping[str, Iterable[str]] | None = None,
+        permissions: Mapping[str, Mapping[str, frozenset[Action]]] | None = None,
     ) -> None:
         self._names: set[str] = {check_namespace(n) for n in names}
         self._policies: dict[str, Policies] = {}
@@ -141,6 +144,11 @@ class Namespaces:
             self.set_admin_roles(tenant, roles)
         for scope, p in (policies or {}).items():
             self.set_policies(scope, p)
+        #: permissions granted through the admin API (Pulsar's auth_policies): scope (a namespace
+        #: "tenant/ns" or a topic's full name) -> role -> actions
+        self._permissions: dict[str, dict[str, frozenset[Action]]] = {
+            scope: dict(roles) for scope, roles in (permissions or {}).items()
+        }
 
     def __contains__(self, namespace: object) -> bool:
         return namespace in self._names
@@ -187,6 +195,50 @@ class Namespaces:
     def is_admin(self, role: str | None, tenant: str) -> bool:
         """Whether ``role`` is one of the admin roles of ``tenant``."""
         return role is not None and role in self._admins.get(tenant, ())
+
+    def delete(self, namespace: str) -> None:
+        """Forget ``namespace`` with the policies and permissions of it and of its topics."""
+        self._names.discard(namespace)
+        for store in (self._policies, self._permissions):
+            for scope in [k for k in store if _namespace_of(k) == namespace]:
+                del store[scope]
+        self._effective.clear()
+
+    def delete_tenant(self, tenant: str) -> None:
+        """Forget ``tenant`` (created on its own) and its admin roles; its namespaces are gone already."""
+        self._tenants.discard(tenant)
+        self._admins.pop(tenant, None)
+
+    # -- permissions (Pulsar's auth_policies, granted through the admin API) -------------------
+    def grant(self, scope: str, role: str, actions: frozenset[Action]) -> None:
+        """Give ``role`` ``actions`` on ``scope`` (a namespace, or a topic's full name), replacing
+        what it had there, as Pulsar's grant-permission does."""
+        self._permissions.setdefault(scope, {})[role] = actions
+
+    def revoke(self, scope: str, role: str) -> bool:
+        """Take every permission of ``role`` on ``scope`` away; False when it had none."""
+        roles = self._permissions.get(scope, {})
+        found = roles.pop(role, None) is not None
+        if not roles:
+            self._permissions.pop(scope, None)
+        return found
+
+    def permissions(self, scope: str) -> dict[str, frozenset[Action]]:
+        """The roles given permissions on ``scope`` itself and their actions."""
+        return dict(self._permissions.get(scope, {}))
+
+    def all_permissions(self) -> dict[str, dict[str, frozenset[Action]]]:
+        return {scope: dict(roles) for scope, roles in self._permissions.items()}
+
+    def permits(self, role: str | None, namespace: str, target: str, needs: frozenset[Action]) -> bool:
+        """Whether a permission granted on ``namespace`` or, when ``target`` is a topic, on that
+        topic (a partition: on its partitioned topic) gives ``role`` one of ``needs``."""
+        if role is None or not self._permissions:
+            return False
+        scopes = [namespace]
+        if "://" in target:
+            scopes.append(str(TopicName.parse(target).partitioned_topic))
+        return any(self._permissions.get(scope, {}).get(role, frozenset()) & needs for scope in scopes)
 
     def require(self, namespace: str) -> None:
         """Raise NamespaceNotFound unless ``namespace`` exists."""
@@ -259,17 +311,23 @@ def _policies_from_json(d: dict[str, object]) -> Policies:
     )
 
 
+def _namespace_of(scope: str) -> str:
+    return scope if "://" not in scope else TopicName.parse(scope).namespace_name
+
+
 def read_state(
     data_dir: Path, namespaces: Iterable[str]
-) -> tuple[list[str], dict[str, Policies], dict[str, list[str]]]:
-    """Tenants, policies and tenants' admin roles kept in ``data_dir`` (policies of ``namespaces``
-    and their topics only); nothing when the file is missing or unreadable, a bad entry is skipped."""
+) -> tuple[list[str], dict[str, Policies], dict[str, list[str]], dict[str, dict[str, frozenset[Action]]]]:
+    """Tenants, policies, tenants' admin roles and permissions kept in ``data_dir`` (policies and
+    permissions of ``namespaces`` and their topics only); nothing when the file is missing or
+    unreadable, a bad entry is skipped."""
     try:
         state = json.loads((data_dir / STATE_FILE).read_text())
         tenants, stored = state.get("tenants", []), state.get("policies", {})
         admins_json = state.get("admin_roles", {})
+        permissions_json = state.get("permissions", {})
     except (OSError, ValueError, AttributeError):
-        return [], {}, {}
+        return [], {}, {}, {}
     names = set(namespaces)
     policies: dict[str, Policies] = {}
     for scope, value in stored.items() if isinstance(stored, dict) else ():
@@ -286,7 +344,18 @@ def read_state(
         for t, roles in (admins_json.items() if isinstance(admins_json, dict) else ())
         if t in good and isinstance(roles, list)
     }
-    return good, policies, admins
+    permissions: dict[str, dict[str, frozenset[Action]]] = {}
+    for scope, roles in permissions_json.items() if isinstance(permissions_json, dict) else ():
+        try:
+            if _namespace_of(scope) in names and isinstance(roles, dict):
+                permissions[scope] = {
+                    str(role): parse_actions(str(a) for a in actions)
+                    for role, actions in roles.items()
+                    if isinstance(actions, list)
+                }
+        except (PulsarWireError, ValueError, TypeError):
+            continue
+    return good, policies, admins, permissions
 
 
 def write_state(data_dir: Path, namespaces: Namespaces) -> None:
@@ -297,6 +366,10 @@ def write_state(data_dir: Path, namespaces: Namespaces) -> None:
             t: namespaces.admin_roles(t) for t in namespaces.own_tenants() if namespaces.admin_roles(t)
         },
         "policies": {k: _policies_json(p) for k, p in sorted(namespaces.scoped_policies().items())},
+        "permissions": {
+            scope: {role: sorted(a.value for a in actions) for role, actions in sorted(roles.items())}
+            for scope, roles in sorted(namespaces.all_permissions().items())
+        },
     }
     path = data_dir / STATE_FILE
     tmp = path.with_suffix(".tmp")

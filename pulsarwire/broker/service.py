@@ -41,15 +41,15 @@ from pulsarwire.errors import PulsarWireError
 from pulsarwire.naming import PARTITION_SUFFIX, TopicName
 from pulsarwire.proto import pb
 
-from .authz import LOOKUP, Action, split_namespace
+from .authz import LOOKUP, Action, GrantSyntaxError, parse_actions, split_namespace
 from .compaction import CompactionStatus
 from .config import BrokerConfig, Listener
 from .faults import Faults
 from .net import advertised_host
 from .policies import Namespaces, Policies, read_names, read_state, write_names, write_state
 from .schemas import Compatibility, SchemaRegistry
-from .storage import EntryCache, OpenFiles, TopicLog, stored_topics, topic_dir
-from .subscription import Subscription
+from .storage import Entry, EntryCache, OpenFiles, TopicLog, stored_topics, topic_dir
+from .subscription import EARLIEST, Position, Subscription
 from .topic import Topic, note_sequence
 from .watch import TopicWatchers
 
@@ -73,6 +73,12 @@ ANNOUNCE_CHUNK = 1000
 #: Marks what only a superuser or an admin role of the namespace's tenant may do (a superuser
 #: only when no namespace is named: tenants, the broker's health).
 SUPERUSER: frozenset[Action] = frozenset()
+#: Most partitions an admin call visits one by one (create a subscription on each, list each in
+#: partitioned stats): beyond, the call is refused or lists only the partitions that hold
+#: anything, so that one request never walks 2**31-1 partitions on the broker's loop.
+MAX_PARTITIONS_VISITED = 10_000
+#: Pulsar's MessageId.latest: (Long.MAX_VALUE, Long.MAX_VALUE)
+LATEST: Position = (2**63 - 1, 2**63 - 1)
 
 
 class BrokerError(PulsarWireError):
@@ -102,6 +108,20 @@ class NotFound(BrokerError):
     def __init__(self, what: str, message: str) -> None:
         super().__init__(E.TopicNotFound, message)
         self.what = what
+
+
+class InUse(BrokerError):
+    """A deletion or change refused because what it names is in use (Pulsar's 409 Conflict)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(E.NotAllowedError, message)
+
+
+class CannotCreate(BrokerError):
+    """What a call needs does not exist and the broker may not create it (Pulsar's 412)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(E.TopicNotFound, message)
 
 
 class Urls(Protocol):
@@ -145,6 +165,19 @@ class Lookup:
     http_url: str
     http_url_tls: str
     redirect: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LastMessageId:
+    """A topic's last message id as GET_LAST_MESSAGE_ID and ``GET .../lastMessageId`` answer it:
+    -1:-1 for a topic never written; ``batch_index`` -1 (and ``batch_size`` 0) unless the last
+    entry is a batch, then its last index."""
+
+    ledger_id: int
+    entry_id: int
+    partition: int
+    batch_index: int = -1
+    batch_size: int = 0
 
 
 class BrokerService:
@@ -203,8 +236,8 @@ class BrokerService:
             self.partitioned = {k: int(v) for k, v in json.loads(path.read_text()).items()}
         if self.cluster is None:  # a cluster's brokers share one registry (Cluster sets it)
             names = [*cfg.namespaces, *(read_names(cfg.data_dir) if cfg.data_dir is not None else [])]
-            tenants, kept, admins = (
-                read_state(cfg.data_dir, names) if cfg.data_dir is not None else ([], {}, {})
+            tenants, kept, admins, permissions = (
+                read_state(cfg.data_dir, names) if cfg.data_dir is not None else ([], {}, {}, {})
             )
             # Policies and tenants set at run time (admin REST API) are kept; the flags of this start
             # win over them.
@@ -213,6 +246,7 @@ class BrokerService:
                 {**kept, **cfg.policies},
                 tenants,
                 {**admins, **{t: list(r) for t, r in cfg.tenants.items()}},
+                permissions,
             )
 
     def keep_namespaces(self) -> None:
@@ -252,7 +286,9 @@ class BrokerService:
         namespace whose tenant does not exist anyone else gets :class:`NotFound` (``tenant``:
         Pulsar's validateTenantAdminAccess answers "Tenant does not exist" before any grant is
         read); the tenant's admin roles may do everything in it; other roles need a grant of one
-        of ``needs`` (:data:`SUPERUSER`: nothing else suffices). A refusal is BrokerError
+        of ``needs`` (:data:`SUPERUSER`: nothing else suffices): one of the broker's ``--grant``
+        flags, or a permission granted through the admin API on the namespace or, when ``target``
+        is a topic, on that topic (Pulsar's ``auth_policies``). A refusal is BrokerError
         AuthorizationError, worded with ``what`` (default: the actions) and ``target``.
         """
         if self.config.auth is None:
@@ -266,7 +302,9 @@ class BrokerService:
                 raise NotFound("tenant", f"Tenant or namespace or topic does not exist: {namespace}")
             if self.namespaces.is_admin(role, tenant):
                 return
-        if needs is SUPERUSER or not grants.allows(role, namespace, needs):
+        if needs is SUPERUSER or not (
+            grants.allows(role, namespace, needs) or self.namespaces.permits(role, namespace, target, needs)
+        ):
             raise self.refusal(role, namespace, needs, target, what)
 
     def refusal(
@@ -311,15 +349,24 @@ class BrokerService:
             raise NotFound("topic", f"Topic {name} not found")
         return n
 
-    def lookup(self, name: str, role: str | None, listener: str | None) -> Lookup:
+    def lookup(self, name: str, role: str | None, listener: str | None, *, http: bool = False) -> Lookup:
         """Which broker serves topic ``name`` and at which URLs (LOOKUP and ``/lookup/v2/topic``).
 
         Authorized as a lookup; the namespace must exist; ``listener`` names an advertised
         listener (None: the internal one). As Pulsar's binary lookup, the topic itself need not
-        exist yet (creating a producer or consumer decides that).
+        exist yet (creating a producer or consumer decides that); as Pulsar's HTTP lookup
+        (``http``: TopicLookupBase), a persistent topic that does not exist and may not be
+        auto-created is :class:`NotFound` ("Topic not found ...").
         """
         self.authorize_topic(role, name, LOOKUP)
         self.require_namespace(TopicName.parse(name).namespace_name)
+        if (
+            http
+            and name.startswith("persistent://")
+            and not self.config.allow_auto_topic_creation
+            and not self.topic_exists(name)
+        ):
+            raise NotFound("topic", f"Topic not found {name}")
         owner = self.cluster.owner_of(name).service if self.cluster is not None else self
         redirect = owner is not self
         if redirect:
@@ -407,6 +454,73 @@ class BrokerService:
         """Replace the admin roles of ``tenant`` (Pulsar's POST /admin/v2/tenants/{tenant})."""
         self.namespaces.set_admin_roles(tenant, admin_roles)
         self.keep_policies()
+
+    def delete_tenant(self, tenant: str) -> None:
+        """Delete ``tenant`` (Pulsar's DELETE /admin/v2/tenants/{tenant}): :class:`NotFound` when it
+        does not exist, BrokerError NotAllowedError ("The tenant still has active namespaces",
+        Pulsar's 409) while a namespace of it does. Raises OSError when the data dir cannot keep it."""
+        if not self.namespaces.has_tenant(tenant):
+            raise NotFound("tenant", f"Tenant {tenant} does not exist")
+        if any(n.partition("/")[0] == tenant for n in self.namespaces.names()):
+            raise InUse("The tenant still has active namespaces")
+        self.namespaces.delete_tenant(tenant)
+        self.keep_policies()
+
+    def delete_namespace(self, namespace: str, *, force: bool) -> None:
+        """Delete ``namespace`` with its policies and permissions (Pulsar's DELETE
+        /admin/v2/namespaces/{tenant}/{namespace}): :class:`NotFound` when it does not exist,
+        :class:`InUse` while it has topics unless ``force`` (then its topics are disconnected and
+        deleted first). Raises OSError when the data dir cannot keep it."""
+        self.require_namespace(namespace)
+        topics = self.topics_in(namespace, Mode.ALL)
+        parents = [
+            *self.partitioned_topics_in(namespace, "persistent"),
+            *self.partitioned_topics_in(namespace, "non-persistent"),
+        ]
+        if (topics or parents) and not force:
+            raise InUse("Cannot delete non empty namespace")
+        for name in parents:
+            for part in self.present_partitions(name):
+                self.disconnect_topic(part)
+            self.delete_topic(name)
+        for name in self.topics_in(namespace, Mode.ALL):
+            self.disconnect_topic(name)
+            self.delete_topic(name)
+        self.namespaces.delete(namespace)
+        self.keep_namespaces()
+        self.keep_policies()
+
+    # -- permissions (Pulsar's grant-permission / revoke-permission) ------------------------
+    def permission_scope(self, namespace: str, topic: str | None = None) -> str:
+        """The scope permissions of a namespace or a topic are kept under (a partition's are its
+        partitioned topic's); :class:`NotFound` when the namespace does not exist."""
+        self.require_namespace(namespace)
+        return namespace if topic is None else str(TopicName.parse(topic).partitioned_topic)
+
+    def grant_permission(self, scope: str, role: str, actions: Iterable[str]) -> None:
+        """Give ``role`` ``actions`` (``produce``, ``consume``) on ``scope`` (see
+        :meth:`permission_scope`), replacing what it had there. Raises GrantSyntaxError for another
+        action, OSError when the data dir cannot keep it."""
+        if not role:
+            raise GrantSyntaxError("a permission needs a role")
+        self.namespaces.grant(scope, role, parse_actions(actions))
+        self.keep_policies()
+
+    def revoke_permission(self, scope: str, role: str) -> None:
+        """Take the permissions of ``role`` on ``scope`` away (nothing to take: nothing changes,
+        as Pulsar answers 204 there too)."""
+        if self.namespaces.revoke(scope, role):
+            self.keep_policies()
+
+    def permissions(self, scope: str) -> dict[str, list[str]]:
+        """Pulsar's GET .../permissions: role -> actions on ``scope``; a topic's include its
+        namespace's (Pulsar's union of namespace and topic permissions)."""
+        found: dict[str, set[str]] = {}
+        scopes = [scope] if "://" not in scope else [TopicName.parse(scope).namespace_name, scope]
+        for one in scopes:
+            for role, actions in self.namespaces.permissions(one).items():
+                found.setdefault(role, set()).update(a.value for a in actions)
+        return {role: sorted(actions) for role, actions in sorted(found.items())}
 
     def set_policies(self, scope: str, policies: Policies) -> None:
         """Set the policies of a namespace (``tenant/ns``) or topic, replacing that scope's earlier ones.
@@ -609,9 +723,8 @@ class BrokerService:
         found = []
         for part in self.present_partitions(str(name)) if n else [str(name)]:
             t = self.existing_topic(part)
-            sub = t.subscriptions.get(sub_name)
-            if sub is not None:
-                found.append((t, sub))
+            if sub_name in t.subscriptions or sub_name in getattr(t, "saved_subscriptions", {}):
+                found.append((t, self.subscription(t, sub_name)))
         if not found:
             raise NotFound("subscription", f"Subscription {sub_name} not found")
         return found
@@ -632,6 +745,208 @@ class BrokerService:
         for consumer in list(sub.consumers):
             cast(Any, consumer.sender).close_consumer(consumer.consumer_id)
         sub.reset(position)
+
+    # -- cursors and messages (the binary protocol's SEEK / GET_LAST_MESSAGE_ID and the admin API) --
+    def last_message_id(self, topic: Topic) -> LastMessageId:
+        """The last message id of ``topic`` (GET_LAST_MESSAGE_ID, ``GET .../lastMessageId``): as
+        Apache Pulsar, a topic never written answers -1:-1 (one whose entries were all trimmed
+        still answers its last position), and a batch its last index."""
+        log_ = topic.log
+        if len(log_) == 0 and log_.trimmed == 0:
+            return LastMessageId(-1, -1, topic.partition_index)
+        ledger, entry = log_.last_position
+        last = log_.entries[-1] if len(log_) else None
+        if last is not None and last.is_batch:
+            return LastMessageId(
+                ledger, entry, topic.partition_index, last.num_messages - 1, last.num_messages
+            )
+        return LastMessageId(ledger, entry, topic.partition_index)
+
+    def seek_position(
+        self, topic: Topic, *, position: Position | None = None, publish_time: int | None = None
+    ) -> Position:
+        """The mark-delete position that makes a cursor read next the entry at ``position`` (or the
+        first after it; -1 ledger: the earliest; :data:`LATEST`: after the last) or the first
+        published at or after ``publish_time`` (ms) -- SEEK, reset-cursor and create-subscription."""
+        log_ = topic.log
+        if publish_time is not None:
+            idx = log_.index_by_publish_time(publish_time)
+        elif position is not None:
+            idx = 0 if position[0] < 0 else log_.index_at_or_after(position)
+        else:
+            raise ValueError("seek_position needs a position or a publish time")
+        return topic.position_before_index(idx)
+
+    def new_subscription(
+        self, topic: Topic, name: str, sub_type: int, *, durable: bool, start: Position
+    ) -> Subscription:
+        """Open subscription ``name`` on ``topic`` at ``start`` (its saved cursor, if any, wins),
+        registered on the topic and kept on disk when durable."""
+        saved = getattr(topic, "saved_subscriptions", {}).get(name) if durable else None
+        sub = Subscription(
+            name,
+            topic.log,
+            sub_type,
+            durable=durable,
+            start=start,
+            partition_index=topic.partition_index,
+            on_change=lambda: self.mark_dirty(topic),
+        )
+        if saved:
+            sub.restore(saved)
+        topic.subscriptions[name] = sub
+        if durable:
+            self.mark_dirty(topic)
+        return sub
+
+    def subscription(self, topic: Topic, name: str) -> Subscription:
+        """Subscription ``name`` of ``topic``, loaded from its saved cursor when no consumer opened it
+        since the broker started; :class:`NotFound` when there is none."""
+        sub = topic.subscriptions.get(name)
+        if sub is not None:
+            return sub
+        saved = getattr(topic, "saved_subscriptions", {}).get(name)
+        if saved is None:
+            raise NotFound("subscription", f"Subscription {name} not found")
+        sub_type = int(saved.get("type", SubType.Exclusive))
+        return self.new_subscription(topic, name, sub_type, durable=True, start=EARLIEST)
+
+    def _partitions_visited(self, name: str) -> list[str]:
+        """Every partition of the partitioned topic ``name``; NotAllowedError past
+        :data:`MAX_PARTITIONS_VISITED`."""
+        n = self.partitioned[name]
+        if n > MAX_PARTITIONS_VISITED:
+            raise BrokerError(
+                E.NotAllowedError,
+                f"{name} has {n} partitions, more than the {MAX_PARTITIONS_VISITED} one call visits: "
+                "do it on each partition",
+            )
+        parent = TopicName.parse(name)
+        return [str(parent.partition(i)) for i in range(n)]
+
+    def create_subscription(self, topic: str, name: str, position: Position) -> None:
+        """Create durable subscription ``name`` at ``position`` (earliest, latest or an entry: the
+        next one read is that entry), on each partition of a partitioned topic (Pulsar's PUT
+        .../subscription/{name}). BrokerError: NotAllowedError on a non-persistent topic,
+        TopicNotFound when the topic does not exist and auto-creation is off, :class:`InUse` when
+        the subscription exists."""
+        full = str(TopicName.parse(topic))
+        if not full.startswith("persistent://"):
+            raise BrokerError(
+                E.NotAllowedError, "Create subscription on non persistent topic is not supported"
+            )
+        parts = self._partitions_visited(full) if full in self.partitioned else [full]
+        if not self.topic_exists(full) and not self.config.allow_auto_topic_creation:
+            raise CannotCreate("Topic does not exist and cannot be auto-created")
+        topics = []
+        for part in parts:
+            found = self.get_topic(part, create=True)
+            assert found is not None
+            if name in found.subscriptions or name in getattr(found, "saved_subscriptions", {}):
+                raise InUse("Subscription already exists for topic")
+            topics.append(found)
+        for t in topics:
+            start = self.seek_position(t, position=position)
+            self.new_subscription(t, name, SubType.Exclusive, durable=True, start=start)
+
+    def reset_cursor(
+        self,
+        topic: str,
+        name: str,
+        *,
+        position: Position | None = None,
+        publish_time: int | None = None,
+        excluded: bool = False,
+    ) -> None:
+        """Move subscription ``name`` to ``position`` (the next entry read is that one, or the one
+        after with ``excluded``) or to ``publish_time`` (ms; on every partition of a partitioned
+        topic), disconnecting its consumers first (Pulsar's reset-cursor). A position on a
+        partitioned topic is NotAllowedError, as Pulsar answers; :class:`NotFound` for a missing
+        topic or subscription."""
+        full = str(TopicName.parse(topic))
+        if position is not None and full in self.partitioned:
+            raise BrokerError(
+                E.NotAllowedError, "Reset-cursor at position is not allowed for partitioned-topic"
+            )
+        for t, sub in self.subscriptions_of(full, name):
+            if publish_time is not None:
+                target = self.seek_position(t, publish_time=publish_time)
+            else:
+                assert position is not None
+                target = self.seek_position(t, position=position)
+                if excluded and t.log.index_of(position) is not None:
+                    target = position
+            self.reset_subscription(t, sub, target)
+
+    def _readable(self, topic: str, what: str) -> Topic:
+        """The persistent, non-partitioned topic ``topic`` whose messages an admin call reads."""
+        full = str(TopicName.parse(topic))
+        if full in self.partitioned:
+            raise BrokerError(E.NotAllowedError, f"{what} on a partitioned topic is not allowed")
+        if not full.startswith("persistent://"):
+            raise BrokerError(E.NotAllowedError, f"{what} on a non-persistent topic is not allowed")
+        return self.existing_topic(full)
+
+    def peek(self, topic: str, name: str, n: int) -> Entry:
+        """The ``n``-th entry (from 1) subscription ``name`` has not acknowledged (Pulsar's peek:
+        entries acknowledged individually are skipped); :class:`NotFound` ``message`` past the end."""
+        t = self._readable(topic, "Peek messages")
+        sub = self.subscription(t, name)
+        seen = 0
+        if n >= 1:
+            for i in range(t.log.index_after(sub.mark_delete), len(t.log)):
+                if t.log.position(i) in sub.acked:
+                    continue
+                seen += 1
+                if seen == n:
+                    return t.log.entry(i)
+        raise NotFound("message", "Message not found")
+
+    def examine(self, topic: str, initial: str, n: int) -> Entry:
+        """The ``n``-th entry (from 1; below 1 reads as 1, as Pulsar) from the ``earliest`` or the
+        ``latest`` end of the topic (Pulsar's examine-message); :class:`NotFound` past the end."""
+        t = self._readable(topic, "Examine messages")
+        n = max(n, 1)
+        idx = n - 1 if initial == "earliest" else len(t.log) - n
+        if not 0 <= idx < len(t.log):
+            raise NotFound("message", "Message not found")
+        return t.log.entry(idx)
+
+    def message_by_id(self, topic: str, position: Position) -> Entry:
+        """The entry at ``position`` (Pulsar's get-message-by-id); :class:`NotFound` when not stored."""
+        t = self._readable(topic, "Get message by id")
+        idx = t.log.index_of(position)
+        if idx is None:
+            raise NotFound("message", "Message not found")
+        return t.log.entry(idx)
+
+    def unload(self, topic: str) -> None:
+        """Unload ``topic`` (a partitioned one: each partition that is loaded): its producers and
+        consumers are disconnected and look it up again; in a cluster it moves to another broker.
+        :class:`NotFound` when it does not exist."""
+        full = str(TopicName.parse(topic))
+        if not self.topic_exists(full):
+            raise NotFound("topic", f"Topic {full} not found")
+        parts = self.present_partitions(full) if full in self.partitioned else [full]
+        for part in parts:
+            if self.cluster is not None:
+                self.cluster.unload_topic(part)
+            else:
+                self.disconnect_topic(part)
+
+    def partition_topics(self, name: str) -> tuple[int, dict[str, Topic | None]]:
+        """The partition count of the partitioned topic ``name`` and its partitions for
+        partitioned stats: each partition (None: holds nothing yet) up to
+        :data:`MAX_PARTITIONS_VISITED`, beyond only those that hold anything. :class:`NotFound`
+        ``partitioned topic`` when it is not one."""
+        n = self.partitioned.get(name)
+        if n is None:
+            raise NotFound("partitioned topic", f"Partitioned topic {name} does not exist")
+        present = {p: self.get_topic(p, create=True) for p in self.present_partitions(name)}
+        if n > MAX_PARTITIONS_VISITED:
+            return n, dict(present)
+        parent = TopicName.parse(name)
+        return n, {str(parent.partition(i)): present.get(str(parent.partition(i))) for i in range(n)}
 
     def delete_subscription(self, topic: Topic, sub: Subscription) -> None:
         for consumer in list(sub.consumers):

@@ -57,18 +57,31 @@ from typing import TYPE_CHECKING, Any, cast
 
 import h11
 
+from pulsarwire.codec.entry import uncompressed_payload
+from pulsarwire.codec.frames import decode_metadata, entry_layout
 from pulsarwire.errors import AuthenticationError, InvalidTopicName, PulsarWireError
 from pulsarwire.naming import DOMAINS, TopicName
 from pulsarwire.proto import pb
 
-from .authz import CONSUME, LOOKUP, PRODUCE, Action
+from .authz import CONSUME, LOOKUP, PRODUCE, Action, GrantSyntaxError
 from .compaction import CompactionInProgressError
 from .net import listen, url_host
 from .policies import NamespaceNotFound, Policies, PolicySyntaxError, Retention
 from .schemas import Compatibility, IncompatibleSchemaError, InvalidSchemaError, type_name
-from .service import MAX_INT32, SUPERUSER, BrokerError, BrokerService, InvalidPartitions, NotFound
+from .service import (
+    LATEST,
+    MAX_INT32,
+    SUPERUSER,
+    BrokerError,
+    BrokerService,
+    CannotCreate,
+    InUse,
+    InvalidPartitions,
+    NotFound,
+)
 
 if TYPE_CHECKING:
+    from .storage import Entry
     from .topic import Topic
 
 log = logging.getLogger("pulsarwire.broker.web")
@@ -89,6 +102,7 @@ _NOT_FOUND = {
     "topic": "Topic not found",
     "partitioned topic": "Partitioned topic does not exist",
     "subscription": "Subscription not found",
+    "message": "Message not found",
 }
 _MODE = pb.CommandGetTopicsOfNamespace.Mode
 #: ``?mode=`` of a namespace's topic list, and the mode listing one domain
@@ -155,9 +169,14 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/admin/v2/tenants/{tenant}", "get_tenant"),
     Route("PUT", "/admin/v2/tenants/{tenant}", "create_tenant", body=True),
     Route("POST", "/admin/v2/tenants/{tenant}", "update_tenant", body=True),
+    Route("DELETE", "/admin/v2/tenants/{tenant}", "delete_tenant"),
     Route("GET", "/admin/v2/namespaces/{tenant}", "list_namespaces"),
     Route("GET", _NS, "get_namespace"),
     Route("PUT", _NS, "create_namespace", body=True),
+    Route("DELETE", _NS, "delete_namespace"),
+    Route("GET", _NS + "/permissions", "get_namespace_permissions"),
+    Route("POST", _NS + "/permissions/{role}", "grant_namespace_permission", body=True),
+    Route("DELETE", _NS + "/permissions/{role}", "revoke_namespace_permission"),
     Route("GET", _NS + "/topics", "namespace_topics"),
     Route("GET", _NS + "/deduplication", "get_namespace_deduplication"),
     Route("POST", _NS + "/deduplication", "set_namespace_deduplication", body=True),
@@ -175,8 +194,20 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", _TOPIC, "delete_topic"),
     Route("GET", _TOPIC + "/stats", "topic_stats"),
     Route("GET", _TOPIC + "/internalStats", "topic_internal_stats"),
+    Route("GET", _TOPIC + "/partitioned-stats", "partitioned_stats"),
+    Route("GET", _TOPIC + "/partitioned-internalStats", "partitioned_internal_stats"),
+    Route("GET", _TOPIC + "/lastMessageId", "last_message_id"),
+    Route("GET", _TOPIC + "/examinemessage", "examine_message"),
+    Route("GET", _TOPIC + "/subscription/{subscription}/position/{position}", "peek_message"),
+    Route("GET", _TOPIC + "/ledger/{ledger}/entry/{entry}", "message_by_id"),
+    Route("PUT", _TOPIC + "/unload", "unload"),
+    Route("GET", _TOPIC + "/permissions", "get_topic_permissions"),
+    Route("POST", _TOPIC + "/permissions/{role}", "grant_topic_permission", body=True),
+    Route("DELETE", _TOPIC + "/permissions/{role}", "revoke_topic_permission"),
     Route("GET", _TOPIC + "/subscriptions", "list_subscriptions"),
+    Route("PUT", _TOPIC + "/subscription/{subscription}", "create_subscription", body=True),
     Route("DELETE", _TOPIC + "/subscription/{subscription}", "delete_subscription"),
+    Route("POST", _TOPIC + "/subscription/{subscription}/resetcursor", "reset_cursor_to_id", body=True),
     Route("POST", _TOPIC + "/subscription/{subscription}/skip_all", "skip_all"),
     Route("POST", _TOPIC + "/subscription/{subscription}/resetcursor/{timestamp}", "reset_cursor"),
     Route("POST", _TOPIC + "/terminate", "terminate"),
@@ -255,6 +286,8 @@ class Response:
     body: Any = None
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    #: more headers, a name may repeat (a message's X-Pulsar-replicated-to...)
+    header_list: list[tuple[str, str]] = field(default_factory=list)
 
     def events(self, close: bool) -> list[h11.Response | h11.Data | h11.EndOfMessage]:
         """The h11 events of this answer (``close``: the connection ends after it)."""
@@ -270,6 +303,7 @@ class Response:
         if data:
             headers.append(("Content-Type", self.content_type))
         headers.extend(self.headers.items())
+        headers.extend(self.header_list)
         if close:
             headers.append(("Connection", "close"))
         try:
@@ -476,6 +510,12 @@ class WebService:
             return _error(exc.status, exc.reason, exc.headers)
         except NotFound as exc:
             return _error(404, _NOT_FOUND.get(exc.what, str(exc)))
+        except InUse as exc:
+            return _error(409, str(exc))
+        except CannotCreate as exc:
+            return _error(412, str(exc))
+        except GrantSyntaxError as exc:
+            return _error(400, str(exc))
         except BrokerError as exc:
             return _error(_status_of(exc.code), str(exc))
         except NamespaceNotFound:
@@ -566,7 +606,9 @@ class WebService:
 
     def on_lookup(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic_name(p)
-        found = self.service.lookup(str(name), request.role, request.query.get("listenerName") or None)
+        found = self.service.lookup(
+            str(name), request.role, request.query.get("listenerName") or None, http=True
+        )
         urls = found.urls
         return Response(
             200,
@@ -624,6 +666,55 @@ class WebService:
         if not self.service.namespaces.has_tenant(p["tenant"]):
             raise HttpError(404, "Tenant does not exist")
         self.service.set_tenant_admins(p["tenant"], roles or ())
+        return Response(204)
+
+    def on_delete_tenant(self, request: Request, p: dict[str, str]) -> Response:
+        self._authorize(request, "", SUPERUSER, "administrate tenants")
+        self.service.delete_tenant(p["tenant"])
+        return Response(204)
+
+    def on_delete_namespace(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
+        self.service.delete_namespace(namespace, force=request.flag("force"))
+        return Response(204)
+
+    # -- permissions ------------------------------------------------------------------------
+    def _actions(self, request: Request) -> list[str]:
+        """A Set<AuthAction> body: a JSON list of action names; 400 otherwise."""
+        actions = self._body_json(request, list, "a list of actions")
+        if not all(isinstance(a, str) for a in actions):
+            raise HttpError(400, "the body must be a list of actions (produce, consume)")
+        return cast(list[str], actions)
+
+    def on_get_namespace_permissions(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
+        return Response(200, self.service.permissions(self.service.permission_scope(namespace)))
+
+    def on_grant_namespace_permission(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, SUPERUSER, "grant permissions")
+        scope = self.service.permission_scope(namespace)
+        self.service.grant_permission(scope, p["role"], self._actions(request))
+        return Response(204)
+
+    def on_revoke_namespace_permission(self, request: Request, p: dict[str, str]) -> Response:
+        namespace = self._namespace(request, p, SUPERUSER, "revoke permissions")
+        self.service.revoke_permission(self.service.permission_scope(namespace), p["role"])
+        return Response(204)
+
+    def _topic_scope(self, request: Request, p: dict[str, str], what: str) -> str:
+        name = self._topic(request, p, SUPERUSER, what)
+        return self.service.permission_scope(name.namespace_name, str(name))
+
+    def on_get_topic_permissions(self, request: Request, p: dict[str, str]) -> Response:
+        return Response(200, self.service.permissions(self._topic_scope(request, p, "administrate topics")))
+
+    def on_grant_topic_permission(self, request: Request, p: dict[str, str]) -> Response:
+        scope = self._topic_scope(request, p, "grant permissions")
+        self.service.grant_permission(scope, p["role"], self._actions(request))
+        return Response(204)
+
+    def on_revoke_topic_permission(self, request: Request, p: dict[str, str]) -> Response:
+        self.service.revoke_permission(self._topic_scope(request, p, "revoke permissions"), p["role"])
         return Response(204)
 
     def on_list_namespaces(self, request: Request, p: dict[str, str]) -> Response:
@@ -804,6 +895,80 @@ class WebService:
         name = self._topic(request, p, CONSUME, "list the subscriptions of topics")
         return Response(200, self.service.subscription_names(str(name)))
 
+    def on_partitioned_stats(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, LOOKUP, "get the stats of topics")
+        n, parts = self.service.partition_topics(str(name))
+        per_partition = request.query.get("perPartition", "true").lower() != "false"
+        return Response(200, partitioned_stats(self.service, str(name), n, parts, per_partition))
+
+    def on_partitioned_internal_stats(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, LOOKUP, "get the stats of topics")
+        n, parts = self.service.partition_topics(str(name))
+        body = {
+            "metadata": {"partitions": n},
+            "partitions": {part: internal_stats(t) for part, t in parts.items()},
+        }
+        return Response(200, body)
+
+    def on_last_message_id(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, CONSUME, "get the last message id of topics")
+        if self.service.partition_count(str(name)) is not None:
+            raise HttpError(405, "GetLastMessageId on a partitioned topic is not allowed")
+        last = self.service.last_message_id(self._loaded(name))
+        body: dict[str, int] = {
+            "ledgerId": last.ledger_id,
+            "entryId": last.entry_id,
+            "partitionIndex": last.partition,
+        }
+        if last.batch_index >= 0:
+            body.update(batchIndex=last.batch_index, batchSize=last.batch_size)
+        return Response(200, body)
+
+    def on_examine_message(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, CONSUME, "examine messages")
+        initial = request.query.get("initialPosition", "latest") or "latest"
+        if initial not in ("latest", "earliest"):
+            raise HttpError(400, f"initialPosition {initial[:40]!r} is neither latest nor earliest")
+        position = _path_long(request.query.get("messagePosition", "1") or "1", "messagePosition", "a number")
+        return self._message(self.service.examine(str(name), initial, position))
+
+    def on_peek_message(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, CONSUME, "peek messages")
+        position = _path_long(p["position"], "message position", "a number")
+        return self._message(self.service.peek(str(name), p["subscription"], position))
+
+    def on_message_by_id(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, CONSUME, "get messages")
+        ledger = _path_long(p["ledger"], "ledgerId", "a number")
+        entry = _path_long(p["entry"], "entryId", "a number")
+        return self._message(self.service.message_by_id(str(name), (ledger, entry)))
+
+    def _message(self, entry: Entry) -> Response:
+        """Pulsar's answer carrying one stored entry: the payload (decompressed; a batch whole),
+        its metadata in X-Pulsar-* headers (PersistentTopicsBase.generateResponseWithEntry)."""
+        try:
+            headers, body = message_answer(entry, self.service.config.max_message_size)
+        except PulsarWireError as exc:  # a corrupt or undecodable stored entry
+            raise HttpError(500, f"cannot read the entry {_position(entry.position)}: {exc}") from None
+        return Response(200, body, "application/octet-stream", header_list=headers)
+
+    def on_unload(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, SUPERUSER, "unload topics")
+        self.service.unload(str(name))
+        return Response(204)
+
+    def on_create_subscription(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, CONSUME, "subscribe")
+        position = _reset_cursor_data(request.json())[0] if request.body else LATEST
+        self.service.create_subscription(str(name), p["subscription"], position)
+        return Response(204)
+
+    def on_reset_cursor_to_id(self, request: Request, p: dict[str, str]) -> Response:
+        name = self._topic(request, p, CONSUME, "reset cursors")
+        position, excluded = _reset_cursor_data(request.json())
+        self.service.reset_cursor(str(name), p["subscription"], position=position, excluded=excluded)
+        return Response(204)
+
     def _subscriptions(self, name: TopicName, sub_name: str) -> list[tuple[Topic, Any]]:
         """The subscription ``sub_name`` on the topic or each of its partitions (NotFound: 404)."""
         return self.service.subscriptions_of(str(name), sub_name)
@@ -828,9 +993,7 @@ class WebService:
     def on_reset_cursor(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, CONSUME, "reset cursors")
         timestamp = _path_long(p["timestamp"], "timestamp", "a number of milliseconds")
-        for topic, sub in self._subscriptions(name, p["subscription"]):
-            position = topic.position_before_index(topic.log.index_by_publish_time(timestamp))
-            self.service.reset_subscription(topic, sub, position)
+        self.service.reset_cursor(str(name), p["subscription"], publish_time=timestamp)
         return Response(204)
 
     def on_terminate(self, request: Request, p: dict[str, str]) -> Response:
@@ -1037,6 +1200,127 @@ def _position(pos: tuple[int, int]) -> str:
     return f"{pos[0]}:{pos[1]}"
 
 
+def _reset_cursor_data(body: Any) -> tuple[tuple[int, int], bool]:
+    """The position and ``isExcluded`` of Pulsar's ResetCursorData (``ledgerId``, ``entryId``:
+    -1:-1 the earliest, Long.MAX_VALUE both the latest); 400 when it is not one."""
+    if not isinstance(body, dict):
+        raise HttpError(400, "the body must be a ResetCursorData object (ledgerId, entryId)")
+    ledger, entry = body.get("ledgerId"), body.get("entryId")
+    excluded = body.get("isExcluded", False)
+    for value in (ledger, entry):
+        if not isinstance(value, int) or isinstance(value, bool) or not -MAX_INT64 - 1 <= value <= MAX_INT64:
+            raise HttpError(400, "ledgerId and entryId must be numbers (Java longs)")
+    if not isinstance(excluded, bool):
+        raise HttpError(400, "isExcluded must be true or false")
+    return (cast(int, ledger), cast(int, entry)), excluded
+
+
+def _http_date(ms: int) -> str:
+    """A time in ms as Pulsar's DateFormatter writes it (ISO-8601 with offset; UTC here)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000))
+    return f"{stamp}.{ms % 1000:03d}Z"
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+#: (header, MessageMetadata field, how its value is written) of the optional fields Pulsar's
+#: generateResponseWithEntry sends as headers when the field is set.
+_MESSAGE_HEADERS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("X-Pulsar-publish-time", "publish_time", lambda v: _http_date(v)),
+    ("X-Pulsar-event-time", "event_time", lambda v: _http_date(v)),
+    ("X-Pulsar-deliver-at-time", "deliver_at_time", lambda v: _http_date(v)),
+    ("X-Pulsar-null-value", "null_value", _bool),
+    ("X-Pulsar-producer-name", "producer_name", str),
+    ("X-Pulsar-sequence-id", "sequence_id", str),
+    ("X-Pulsar-replicated-from", "replicated_from", str),
+    ("X-Pulsar-partition-key", "partition_key", str),
+    ("X-Pulsar-compression", "compression", lambda v: pb.CompressionType.Name(v)),
+    ("X-Pulsar-uncompressed-size", "uncompressed_size", str),
+    ("X-Pulsar-encryption-algo", "encryption_algo", str),
+    ("X-Pulsar-Base64-encryption-param", "encryption_param", _b64),
+    ("X-Pulsar-Base64-schema-version", "schema_version", _b64),
+    ("X-Pulsar-partition-key-b64-encoded", "partition_key_b64_encoded", _bool),
+    ("X-Pulsar-Base64-ordering-key", "ordering_key", _b64),
+    ("X-Pulsar-marker-type", "marker_type", str),
+    ("X-Pulsar-txnid-least-bits", "txnid_least_bits", str),
+    ("X-Pulsar-txnid-most-bits", "txnid_most_bits", str),
+    ("X-Pulsar-highest-sequence-id", "highest_sequence_id", str),
+    ("X-Pulsar-uuid", "uuid", str),
+    ("X-Pulsar-num-chunks-from-msg", "num_chunks_from_msg", str),
+    ("X-Pulsar-total-chunk-msg-size", "total_chunk_msg_size", str),
+    ("X-Pulsar-chunk-id", "chunk_id", str),
+    ("X-Pulsar-null-partition-key", "null_partition_key", _bool),
+)
+
+
+def message_answer(entry: Entry, max_size: int) -> tuple[list[tuple[str, str]], bytes]:
+    """The X-Pulsar-* headers and the body Pulsar answers for a stored entry (peek, examine,
+    get-message-by-id; PersistentTopicsBase.generateResponseWithEntry): the metadata as headers,
+    the payload decompressed (a batch whole, with ``X-Pulsar-num-batch-message``: the admin client
+    splits it). Raises the codec's typed errors for an entry that cannot be decoded."""
+    data = entry.data
+    _body_start, md_start, md_size = entry_layout(data)
+    md = decode_metadata(data[md_start : md_start + md_size])
+    payload = uncompressed_payload(md, data[md_start + md_size :], max_size)
+    h: list[tuple[str, str]] = [("X-Pulsar-Message-ID", _position(entry.position))]
+    h += [(f"X-Pulsar-PROPERTY-{kv.key}", kv.value) for kv in md.properties]
+    if md.HasField("num_messages_in_batch"):
+        h.append(("X-Pulsar-num-batch-message", str(md.num_messages_in_batch)))
+        h.append(("X-Pulsar-batch-size", str(len(data) - md.ByteSize())))
+    if md.HasField("num_chunks_from_msg"):
+        h.append(("X-Pulsar-PROPERTY-TOTAL-CHUNKS", str(md.num_chunks_from_msg)))
+        h.append(("X-Pulsar-PROPERTY-CHUNK-ID", str(md.chunk_id)))
+    h.append(("X-Pulsar-Is-Encrypted", _bool(len(md.encryption_keys) > 0)))
+    fields = cast(Any, md)
+    h += [(name, write(getattr(md, f))) for name, f, write in _MESSAGE_HEADERS if fields.HasField(f)]
+    h += [("X-Pulsar-replicated-to", r) for r in md.replicate_to]
+    h += [("X-Pulsar-Base64-encryption-keys", _b64(k.SerializeToString())) for k in md.encryption_keys]
+    # header values are latin-1 on the wire: text that is not is sent as its UTF-8 bytes
+    return [(k, v.encode("utf-8").decode("latin-1")) for k, v in h], payload
+
+
+def _empty_stats() -> dict[str, Any]:
+    return {
+        "msgInCounter": 0,
+        "bytesInCounter": 0,
+        "msgOutCounter": 0,
+        "publishers": [],
+        "subscriptions": {},
+        "replication": {},
+    }
+
+
+def partitioned_stats(
+    service: BrokerService, name: str, n: int, parts: dict[str, Topic | None], per_partition: bool
+) -> dict[str, Any]:
+    """Pulsar's PartitionedTopicStats: the partitions' TopicStats added up (counters summed,
+    publishers listed, subscriptions merged by name with their backlogs summed and consumers
+    listed), ``metadata.partitions`` and, with ``per_partition``, each partition's stats."""
+    each = {part: topic_stats(service, t) if t is not None else _empty_stats() for part, t in parts.items()}
+    total = _empty_stats()
+    for stats in each.values():
+        for counter in ("msgInCounter", "bytesInCounter", "msgOutCounter"):
+            total[counter] += stats[counter]
+        total["publishers"] += stats["publishers"]
+        for sub_name, sub in stats["subscriptions"].items():
+            merged = total["subscriptions"].setdefault(
+                sub_name, {**sub, "msgBacklog": 0, "msgOutCounter": 0, "consumers": []}
+            )
+            merged["msgBacklog"] += sub["msgBacklog"]
+            merged["msgOutCounter"] += sub["msgOutCounter"]
+            merged["consumers"] += sub["consumers"]
+    total["deduplicationStatus"] = "Enabled" if service.deduplication_enabled(name) else "Disabled"
+    total["metadata"] = {"partitions": n}
+    total["partitions"] = each if per_partition else {}
+    return total
+
+
 def topic_stats(service: BrokerService, topic: Topic) -> dict[str, Any]:
     """Pulsar's TopicStats for the counters this broker keeps (no rates: it measures none)."""
     subs: dict[str, Any] = {}
@@ -1075,8 +1359,19 @@ def topic_stats(service: BrokerService, topic: Topic) -> dict[str, Any]:
     }
 
 
-def internal_stats(topic: Topic) -> dict[str, Any]:
-    """Pulsar's PersistentTopicInternalStats, the fields this broker's log has."""
+def internal_stats(topic: Topic | None) -> dict[str, Any]:
+    """Pulsar's PersistentTopicInternalStats, the fields this broker's log has (None: a partition
+    that holds nothing yet)."""
+    if topic is None:
+        return {
+            "entriesAddedCounter": 0,
+            "numberOfEntries": 0,
+            "currentLedgerEntries": 0,
+            "lastConfirmedEntry": "-1:-1",
+            "state": "LedgerOpened",
+            "ledgers": [],
+            "cursors": {},
+        }
     log_ = topic.log
     return {
         "entriesAddedCounter": len(log_) + log_.trimmed,
