@@ -63,6 +63,8 @@ class Answer:
     status: int
     headers: dict[str, str]  # lower-case names; a repeated header keeps its last value
     body: bytes
+    #: every header as sent (names in the sender's case, repeats kept)
+    raw_headers: tuple[tuple[str, str], ...] = ()
 
 
 def origin(url: str) -> tuple[str, str, int]:
@@ -122,6 +124,7 @@ class _Parser:
         self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.status = 0
         self.headers: dict[str, str] = {}
+        self.raw_headers: tuple[tuple[str, str], ...] = ()
         self.body = bytearray()
 
     def start(self, method: str, headers: dict[str, str], body: bytes | None) -> bytes:
@@ -140,12 +143,15 @@ class _Parser:
                 if isinstance(event, h11.Response):
                     self.status = event.status_code
                     self.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
+                    self.raw_headers = tuple(
+                        (k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers.raw_items()
+                    )
                 elif isinstance(event, h11.Data):
                     self.body += event.data
                     if len(self.body) > self.max_body:
                         raise BadAnswer(f"{self.url}: answer larger than {self.max_body} bytes")
                 elif isinstance(event, h11.EndOfMessage):
-                    return Answer(self.url, self.status, self.headers, bytes(self.body))
+                    return Answer(self.url, self.status, self.headers, bytes(self.body), self.raw_headers)
                 elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                     raise BadAnswer(f"{self.url}: the server closed the connection mid-answer")
                 # InformationalResponse (1xx): wait for the final answer
