@@ -117,6 +117,13 @@ class InUse(BrokerError):
         super().__init__(E.NotAllowedError, message)
 
 
+class Unsupported(BrokerError):
+    """A request this kind of topic cannot serve, as Pulsar refuses it with 400 Bad Request."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(E.NotAllowedError, message)
+
+
 class CannotCreate(BrokerError):
     """What a call needs does not exist and the broker may not create it (Pulsar's 412)."""
 
@@ -832,9 +839,7 @@ class BrokerService:
         the subscription exists."""
         full = str(TopicName.parse(topic))
         if not full.startswith("persistent://"):
-            raise BrokerError(
-                E.NotAllowedError, "Create subscription on non persistent topic is not supported"
-            )
+            raise Unsupported("Create subscription on non persistent topic is not supported")
         parts = self._partitions_visited(full) if full in self.partitioned else [full]
         if not self.topic_exists(full) and not self.config.allow_auto_topic_creation:
             raise CannotCreate("Topic does not exist and cannot be auto-created")

@@ -78,6 +78,7 @@ from .service import (
     InUse,
     InvalidPartitions,
     NotFound,
+    Unsupported,
 )
 
 if TYPE_CHECKING:
@@ -514,6 +515,8 @@ class WebService:
             return _error(409, str(exc))
         except CannotCreate as exc:
             return _error(412, str(exc))
+        except Unsupported as exc:
+            return _error(400, str(exc))
         except GrantSyntaxError as exc:
             return _error(400, str(exc))
         except BrokerError as exc:

@@ -15,11 +15,8 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import jwt
 import pulsar
@@ -31,6 +28,7 @@ from pulsarwire.broker.schemas import Compatibility
 from pulsarwire.codec.frames import DEFAULT_MAX_MESSAGE_SIZE
 from tests.helpers.hostile import assert_bystander_served, broker_url
 from tests.helpers.judge import new_topic as _new_topic
+from tests.helpers.web import call
 
 SECRET = b"s" * 32
 AVRO_V1 = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]})
@@ -49,25 +47,6 @@ AVRO_V2_NO_DEFAULT = json.dumps(
 def new_topic(prefix: str) -> str:
     """A unique local name in public/default."""
     return _new_topic(prefix).rsplit("/", 1)[1]
-
-
-def call(
-    base: str, method: str, path: str, body: Any = None, token: str | None = None, raw: bytes | None = None
-) -> tuple[int, Any, dict[str, str]]:
-    """(status, JSON body or text, headers) of one request."""
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            status, text, hdrs = r.status, r.read(), dict(r.headers)
-    except urllib.error.HTTPError as e:
-        status, text, hdrs = e.code, e.read(), dict(e.headers)
-    if hdrs.get("Content-Type", "").startswith("application/json") and text:
-        return status, json.loads(text), hdrs
-    return status, text.decode(), hdrs
 
 
 @pytest.fixture(scope="module")
