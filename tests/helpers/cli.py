@@ -3,7 +3,7 @@
 :func:`pipelines` runs ``python -m pipelines ARGS`` with the environment of a user's shell (the
 project importable, Spark's workers on this Python, no ``PIPELINES_*``/``PULSAR_*`` from the
 test run) and returns a :class:`Ran`: exit code, output and seconds, for tests that check all
-three.
+three. :func:`pulsarwire_admin` runs ``python -m pulsarwire.admin ARGS`` the same way.
 """
 
 from __future__ import annotations
@@ -65,3 +65,8 @@ def pipelines(
 
 def no_trace(text: str) -> bool:
     return not any(word in text for word in ("Traceback", "Exception", "\tat ", "StackOverflow"))
+
+
+def pulsarwire_admin(*args: str, timeout: float = 60, **env: str) -> Ran:
+    """``python -m pulsarwire.admin ARGS`` as its own process (the ``pulsarwire-admin`` command)."""
+    return pipelines(*args, timeout=timeout, python=("-m", "pulsarwire.admin"), **env)
