@@ -818,6 +818,19 @@ class BrokerService:
         sub_type = int(saved.get("type", SubType.Exclusive))
         return self.new_subscription(topic, name, sub_type, durable=True, start=EARLIEST)
 
+    def with_subscriptions(self, topic: Topic) -> Topic:
+        """``topic`` with every saved subscription opened (after a restart a durable subscription
+        is a saved cursor until a consumer comes back), so its stats show them all, as Pulsar's,
+        which recovers every cursor with the topic."""
+        for name in list(getattr(topic, "saved_subscriptions", {})):
+            self.subscription(topic, name)
+        return topic
+
+    def stats_topic(self, topic: str) -> Topic:
+        """The non-partitioned topic ``topic`` for its stats (:meth:`existing_topic`, with its
+        subscriptions: :meth:`with_subscriptions`)."""
+        return self.with_subscriptions(self.existing_topic(topic))
+
     def _partitions_visited(self, name: str) -> list[str]:
         """Every partition of the partitioned topic ``name``; NotAllowedError past
         :data:`MAX_PARTITIONS_VISITED`."""
@@ -947,7 +960,7 @@ class BrokerService:
         n = self.partitioned.get(name)
         if n is None:
             raise NotFound("partitioned topic", f"Partitioned topic {name} does not exist")
-        present = {p: self.get_topic(p, create=True) for p in self.present_partitions(name)}
+        present = {p: self.stats_topic(p) for p in self.present_partitions(name)}
         if n > MAX_PARTITIONS_VISITED:
             return n, dict(present)
         parent = TopicName.parse(name)

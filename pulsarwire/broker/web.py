@@ -886,12 +886,12 @@ class WebService:
 
     def on_topic_stats(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, LOOKUP, "get the stats of topics")
-        topic = self._loaded(name)
+        topic = self.service.with_subscriptions(self._loaded(name))
         return Response(200, topic_stats(self.service, topic))
 
     def on_topic_internal_stats(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, LOOKUP, "get the stats of topics")
-        topic = self._loaded(name)
+        topic = self.service.with_subscriptions(self._loaded(name))
         return Response(200, internal_stats(topic))
 
     def on_list_subscriptions(self, request: Request, p: dict[str, str]) -> Response:

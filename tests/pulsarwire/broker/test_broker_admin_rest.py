@@ -266,21 +266,36 @@ def test_create_subscription_at_a_position_is_where_the_official_consumer_starts
         )
 
 
-def test_subscriptions_of_a_partitioned_topic_list_and_delete(web: Broker, client: pulsar.Client) -> None:
-    u = url(web)
-    topic = new_topic("psubs")
-    name = local(topic)
-    assert call(u, "PUT", f"{T}/{name}/partitions", 3)[0] == 204
-    consumer = client.subscribe(topic, "sub")
-    assert call(u, "GET", f"{T}/{name}/subscriptions")[:2] == (200, ["sub"])
-    assert call(u, "DELETE", f"{T}/{name}/subscription/sub")[:2] == (
-        412,
-        {"reason": "Subscription has active connected consumers"},
-    )
-    consumer.close()
-    assert call(u, "DELETE", f"{T}/{name}/subscription/sub")[0] == 204
-    assert call(u, "GET", f"{T}/{name}/subscriptions")[:2] == (200, [])
-    assert call(u, "DELETE", f"{T}/{name}/subscription/sub")[0] == 404
+def test_subscriptions_of_a_partitioned_topic_list_and_delete(tmp_path: Path) -> None:
+    """Also after a restart, when the subscriptions are only saved cursors no consumer reopened yet
+    (they were listed, but deleting them answered 404)."""
+    with Broker(http_port=0, data_dir=tmp_path) as b:
+        u = url(b)
+        topic = new_topic("psubs")
+        name = local(topic)
+        assert call(u, "PUT", f"{T}/{name}/partitions", 3)[0] == 204
+        c = make_client(b.service_url)
+        try:
+            consumer = c.subscribe(topic, "sub")
+            assert call(u, "GET", f"{T}/{name}/subscriptions")[:2] == (200, ["sub"])
+            assert call(u, "DELETE", f"{T}/{name}/subscription/sub")[:2] == (
+                412,
+                {"reason": "Subscription has active connected consumers"},
+            )
+            consumer.close()
+            assert call(u, "DELETE", f"{T}/{name}/subscription/sub")[0] == 204
+            assert call(u, "GET", f"{T}/{name}/subscriptions")[:2] == (200, [])
+            assert call(u, "DELETE", f"{T}/{name}/subscription/sub")[0] == 404
+            c.subscribe(topic, "kept").close()
+            c.create_producer(topic, batching_enabled=False).send(b"x", partition_key="k")
+        finally:
+            c.close()
+        b.restart()
+        assert call(u, "GET", f"{T}/{name}/subscriptions")[:2] == (200, ["kept"])
+        stats = call(u, "GET", f"{T}/{name}/partitioned-stats")[1]
+        assert stats["subscriptions"]["kept"]["msgBacklog"] == 1
+        assert call(u, "DELETE", f"{T}/{name}/subscription/kept")[0] == 204
+        assert call(u, "GET", f"{T}/{name}/subscriptions")[:2] == (200, [])
 
 
 # -- unload --------------------------------------------------------------------------------------------------
