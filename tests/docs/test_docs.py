@@ -250,12 +250,32 @@ def test_jobs_md_commands_run(checkout: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_admin_md_commands_run(checkout: Path) -> None:
+    (block,) = [b for b in BLOCKS if b.file == "docs/admin.md" and b.lang == "bash"]
+    port, http = free_port(), free_port()
+    code = (
+        shell(block.code, port)
+        .replace(":8080", f":{http}")
+        .replace("--http-port 8080", f"--http-port {http}")
+    )
+    proc = run_bash(code, checkout, clean_env(checkout), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if not line.startswith("pulsarwire broker ready")]
+    assert lines[:3] == [
+        "persistent://shop/orders/events-partition-0",
+        "persistent://shop/orders/events-partition-1",
+        "auditors",
+    ]
+    assert '"partitions" : 2' in proc.stdout and "Traceback" not in proc.stderr
+
+
 def test_every_block_is_run_or_excused() -> None:
     run_by_tests = {"python", "yaml"}
     shell_blocks = {
         ("README.md", "pipelines validate"),
         ("README.md", "-m pulsarwire.broker"),
         ("docs/jobs.md", "pipelines validate"),
+        ("docs/admin.md", "pulsarwire-admin"),
     }
     for block in BLOCKS:
         if block.lang in ("", "text") or excused(block) or block.lang in run_by_tests:
