@@ -328,7 +328,7 @@ def topics_reset_cursor(c: AdminClient, a: argparse.Namespace, out: TextIO) -> N
         "ledgerId": ledger,
         "entryId": entry,
         "partitionIndex": -1,
-        "isExcluded": a.exclude_reset_position,
+        "excluded": a.exclude_reset_position,
     }
     c.request("POST", _topic_path(name, "subscription", a.subscription, "resetcursor"), body)
 
@@ -398,7 +398,7 @@ VERBS: dict[str, dict[str, tuple[Verb, str, tuple[tuple[tuple[str, ...], dict[st
         "topics": (namespaces_topics, "list the topics of a namespace", (_NAMESPACE,)),
         "policies": (namespaces_policies, "show a namespace's policies", (_NAMESPACE,)),
         "create": (namespaces_create, "create a namespace", (_NAMESPACE,)),
-        "delete": (namespaces_delete, "delete a namespace (-f: with its topics)", (_NAMESPACE, _FORCE)),
+        "delete": (namespaces_delete, "delete a namespace without topics", (_NAMESPACE, _FORCE)),
         "permissions": (namespaces_permissions, "show the permissions granted on a namespace", (_NAMESPACE,)),
         "grant-permission": (
             namespaces_grant,

@@ -2,7 +2,8 @@
 
 Pulsar answers one stored entry per request: its payload (decompressed; a batch whole) as the
 body and its metadata in ``X-Pulsar-*`` headers (``X-Pulsar-Message-ID``, ``X-Pulsar-publish-time``
-as ISO-8601, ``X-Pulsar-PROPERTY-<key>``, ``X-Pulsar-num-batch-message`` for a batch...).
+as ISO-8601, the properties as a JSON object in ``X-Pulsar-PROPERTY`` -- a header per key,
+``X-Pulsar-PROPERTY-<key>``, before Pulsar 4 --, ``X-Pulsar-num-batch-message`` for a batch...).
 :func:`messages_of` turns one such answer into :class:`PeekedMessage` values as Pulsar's admin
 client does (``TopicsImpl.getMessagesFromHttpResponse``): a batch is split into its messages,
 ``ledger:entry:index`` each, with the batch's properties and their own. :func:`format_message`
@@ -58,7 +59,14 @@ def messages_of(answer: Answer) -> list[PeekedMessage]:
     properties: dict[str, str] = {}
     for name, value in answer.raw_headers:
         lower = name.lower()
-        if lower.startswith(_PROPERTY):
+        if lower == "x-pulsar-property":  # Pulsar 4: one JSON object
+            try:
+                doc = json.loads(value)
+            except ValueError:
+                doc = None
+            if isinstance(doc, dict):
+                properties.update({str(k): str(v) for k, v in doc.items()})
+        elif lower.startswith(_PROPERTY):  # earlier releases: a header per key
             properties[name[len(_PROPERTY) :]] = value
         first.setdefault(lower, value)
     message_id = first.get("x-pulsar-message-id", "")

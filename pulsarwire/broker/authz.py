@@ -56,6 +56,22 @@ def split_namespace(namespace: str) -> tuple[str, str] | None:
     return tenant, local
 
 
+#: Pulsar's AuthAction values in its enum's order: a permission granted through the admin API may
+#: name any (this broker has services only for produce and consume; the others grant nothing here)
+AUTH_ACTIONS = ("produce", "consume", "functions", "sources", "sinks", "packages")
+
+
+def parse_auth_actions(names: Iterable[str]) -> tuple[str, ...]:
+    """The AuthAction names of a permission (in Pulsar's order); raises GrantSyntaxError for a name
+    that is not one (Pulsar stores it as null)."""
+    found = set()
+    for name in names:
+        if name not in AUTH_ACTIONS:
+            raise GrantSyntaxError(f"unknown action {name!r} (Pulsar's are {', '.join(AUTH_ACTIONS)})")
+        found.add(name)
+    return tuple(a for a in AUTH_ACTIONS if a in found)
+
+
 def parse_actions(names: Iterable[str]) -> frozenset[Action]:
     """The actions named (``produce``, ``consume``: Pulsar's AuthAction values this broker has);
     raises GrantSyntaxError for another name."""

@@ -1057,8 +1057,10 @@ class ServerConnection(asyncio.Protocol):
         resp, s = new_command(T.GET_LAST_MESSAGE_ID_RESPONSE)
         s.request_id = req.request_id
         last = self.service.last_message_id(topic)
-        s.last_message_id.ledgerId = last.ledger_id % 2**64
-        s.last_message_id.entryId = last.entry_id % 2**64
+        # As Apache Pulsar's ServerCnx: a topic never written answers -1:-1.
+        ledger, entry = (last.ledger_id, last.entry_id) if last.written else (-1, -1)
+        s.last_message_id.ledgerId = ledger % 2**64
+        s.last_message_id.entryId = entry % 2**64
         if last.partition >= 0:
             s.last_message_id.partition = last.partition
         if last.batch_index >= 0:

@@ -42,7 +42,7 @@ from pathlib import Path
 from pulsarwire.errors import InvalidTopicName, PulsarWireError
 from pulsarwire.naming import TopicName
 
-from .authz import Action, parse_actions, split_namespace
+from .authz import Action, parse_auth_actions, split_namespace
 from .schemas import Compatibility
 
 #: The namespace a standalone Pulsar starts with.
@@ -131,7 +131,7 @@ class Namespaces:
         policies: Mapping[str, Policies] | None = None,
         tenants: Iterable[str] = (),
         admins: Mapping[str, Iterable[str]] | None = None,
-        permissions: Mapping[str, Mapping[str, frozenset[Action]]] | None = None,
+        permissions: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None,
     ) -> None:
         self._names: set[str] = {check_namespace(n) for n in names}
         self._policies: dict[str, Policies] = {}
@@ -145,8 +145,8 @@ class Namespaces:
         for scope, p in (policies or {}).items():
             self.set_policies(scope, p)
         #: permissions granted through the admin API (Pulsar's auth_policies): scope (a namespace
-        #: "tenant/ns" or a topic's full name) -> role -> actions
-        self._permissions: dict[str, dict[str, frozenset[Action]]] = {
+        #: "tenant/ns" or a topic's full name) -> role -> AuthAction names
+        self._permissions: dict[str, dict[str, tuple[str, ...]]] = {
             scope: dict(roles) for scope, roles in (permissions or {}).items()
         }
 
@@ -210,7 +210,7 @@ class Namespaces:
         self._admins.pop(tenant, None)
 
     # -- permissions (Pulsar's auth_policies, granted through the admin API) -------------------
-    def grant(self, scope: str, role: str, actions: frozenset[Action]) -> None:
+    def grant(self, scope: str, role: str, actions: tuple[str, ...]) -> None:
         """Give ``role`` ``actions`` on ``scope`` (a namespace, or a topic's full name), replacing
         what it had there, as Pulsar's grant-permission does."""
         self._permissions.setdefault(scope, {})[role] = actions
@@ -223,11 +223,11 @@ class Namespaces:
             self._permissions.pop(scope, None)
         return found
 
-    def permissions(self, scope: str) -> dict[str, frozenset[Action]]:
+    def permissions(self, scope: str) -> dict[str, tuple[str, ...]]:
         """The roles given permissions on ``scope`` itself and their actions."""
         return dict(self._permissions.get(scope, {}))
 
-    def all_permissions(self) -> dict[str, dict[str, frozenset[Action]]]:
+    def all_permissions(self) -> dict[str, dict[str, tuple[str, ...]]]:
         return {scope: dict(roles) for scope, roles in self._permissions.items()}
 
     def permits(self, role: str | None, namespace: str, target: str, needs: frozenset[Action]) -> bool:
@@ -238,7 +238,8 @@ class Namespaces:
         scopes = [namespace]
         if "://" in target:
             scopes.append(str(TopicName.parse(target).partitioned_topic))
-        return any(self._permissions.get(scope, {}).get(role, frozenset()) & needs for scope in scopes)
+        wanted = {a.value for a in needs}
+        return any(wanted.intersection(self._permissions.get(scope, {}).get(role, ())) for scope in scopes)
 
     def require(self, namespace: str) -> None:
         """Raise NamespaceNotFound unless ``namespace`` exists."""
@@ -317,7 +318,7 @@ def _namespace_of(scope: str) -> str:
 
 def read_state(
     data_dir: Path, namespaces: Iterable[str]
-) -> tuple[list[str], dict[str, Policies], dict[str, list[str]], dict[str, dict[str, frozenset[Action]]]]:
+) -> tuple[list[str], dict[str, Policies], dict[str, list[str]], dict[str, dict[str, tuple[str, ...]]]]:
     """Tenants, policies, tenants' admin roles and permissions kept in ``data_dir`` (policies and
     permissions of ``namespaces`` and their topics only); nothing when the file is missing or
     unreadable, a bad entry is skipped."""
@@ -344,12 +345,12 @@ def read_state(
         for t, roles in (admins_json.items() if isinstance(admins_json, dict) else ())
         if t in good and isinstance(roles, list)
     }
-    permissions: dict[str, dict[str, frozenset[Action]]] = {}
+    permissions: dict[str, dict[str, tuple[str, ...]]] = {}
     for scope, roles in permissions_json.items() if isinstance(permissions_json, dict) else ():
         try:
             if _namespace_of(scope) in names and isinstance(roles, dict):
                 permissions[scope] = {
-                    str(role): parse_actions(str(a) for a in actions)
+                    str(role): parse_auth_actions(str(a) for a in actions)
                     for role, actions in roles.items()
                     if isinstance(actions, list)
                 }
@@ -367,7 +368,7 @@ def write_state(data_dir: Path, namespaces: Namespaces) -> None:
         },
         "policies": {k: _policies_json(p) for k, p in sorted(namespaces.scoped_policies().items())},
         "permissions": {
-            scope: {role: sorted(a.value for a in actions) for role, actions in sorted(roles.items())}
+            scope: {role: list(actions) for role, actions in sorted(roles.items())}
             for scope, roles in sorted(namespaces.all_permissions().items())
         },
     }

@@ -41,7 +41,7 @@ from pulsarwire.errors import PulsarWireError
 from pulsarwire.naming import PARTITION_SUFFIX, TopicName
 from pulsarwire.proto import pb
 
-from .authz import LOOKUP, Action, GrantSyntaxError, parse_actions, split_namespace
+from .authz import AUTH_ACTIONS, LOOKUP, Action, GrantSyntaxError, parse_auth_actions, split_namespace
 from .compaction import CompactionStatus
 from .config import BrokerConfig, Listener
 from .faults import Faults
@@ -124,8 +124,9 @@ class Unsupported(BrokerError):
         super().__init__(E.NotAllowedError, message)
 
 
-class CannotCreate(BrokerError):
-    """What a call needs does not exist and the broker may not create it (Pulsar's 412)."""
+class PreconditionFailed(BrokerError):
+    """A request whose precondition does not hold (Pulsar's 412 Precondition Failed): what it
+    needs does not exist and may not be created, there is nothing to examine..."""
 
     def __init__(self, message: str) -> None:
         super().__init__(E.TopicNotFound, message)
@@ -176,15 +177,15 @@ class Lookup:
 
 @dataclass(frozen=True, slots=True)
 class LastMessageId:
-    """A topic's last message id as GET_LAST_MESSAGE_ID and ``GET .../lastMessageId`` answer it:
-    -1:-1 for a topic never written; ``batch_index`` -1 (and ``batch_size`` 0) unless the last
-    entry is a batch, then its last index."""
+    """A topic's last message id: its last position (``entry_id`` -1 when it holds no entry: the
+    current ledger's, as Pulsar's managed ledger says), ``batch_index`` -1 unless the last entry
+    is a batch (then its last index); ``written``: whether anything was ever stored."""
 
     ledger_id: int
     entry_id: int
     partition: int
     batch_index: int = -1
-    batch_size: int = 0
+    written: bool = True
 
 
 class BrokerService:
@@ -467,7 +468,7 @@ class BrokerService:
         does not exist, BrokerError NotAllowedError ("The tenant still has active namespaces",
         Pulsar's 409) while a namespace of it does. Raises OSError when the data dir cannot keep it."""
         if not self.namespaces.has_tenant(tenant):
-            raise NotFound("tenant", f"Tenant {tenant} does not exist")
+            raise NotFound("tenant", "Tenant doesn't exist")
         if any(n.partition("/")[0] == tenant for n in self.namespaces.names()):
             raise InUse("The tenant still has active namespaces")
         self.namespaces.delete_tenant(tenant)
@@ -476,23 +477,18 @@ class BrokerService:
     def delete_namespace(self, namespace: str, *, force: bool) -> None:
         """Delete ``namespace`` with its policies and permissions (Pulsar's DELETE
         /admin/v2/namespaces/{tenant}/{namespace}): :class:`NotFound` when it does not exist,
-        :class:`InUse` while it has topics unless ``force`` (then its topics are disconnected and
-        deleted first). Raises OSError when the data dir cannot keep it."""
+        :class:`InUse` while it has topics ("Cannot delete non empty namespace"); ``force`` is
+        NotAllowedError, as Pulsar answers by default (``forceDeleteNamespaceAllowed=false``).
+        Raises OSError when the data dir cannot keep it."""
+        if force:
+            raise BrokerError(E.NotAllowedError, "Broker doesn't allow forced deletion of namespaces")
         self.require_namespace(namespace)
-        topics = self.topics_in(namespace, Mode.ALL)
         parents = [
             *self.partitioned_topics_in(namespace, "persistent"),
             *self.partitioned_topics_in(namespace, "non-persistent"),
         ]
-        if (topics or parents) and not force:
+        if parents or self.topics_in(namespace, Mode.ALL):
             raise InUse("Cannot delete non empty namespace")
-        for name in parents:
-            for part in self.present_partitions(name):
-                self.disconnect_topic(part)
-            self.delete_topic(name)
-        for name in self.topics_in(namespace, Mode.ALL):
-            self.disconnect_topic(name)
-            self.delete_topic(name)
         self.namespaces.delete(namespace)
         self.keep_namespaces()
         self.keep_policies()
@@ -505,12 +501,12 @@ class BrokerService:
         return namespace if topic is None else str(TopicName.parse(topic).partitioned_topic)
 
     def grant_permission(self, scope: str, role: str, actions: Iterable[str]) -> None:
-        """Give ``role`` ``actions`` (``produce``, ``consume``) on ``scope`` (see
-        :meth:`permission_scope`), replacing what it had there. Raises GrantSyntaxError for another
-        action, OSError when the data dir cannot keep it."""
+        """Give ``role`` ``actions`` (Pulsar's AuthAction names; only ``produce`` and ``consume``
+        have services here) on ``scope`` (see :meth:`permission_scope`), replacing what it had
+        there. Raises GrantSyntaxError for another name, OSError when the data dir cannot keep it."""
         if not role:
             raise GrantSyntaxError("a permission needs a role")
-        self.namespaces.grant(scope, role, parse_actions(actions))
+        self.namespaces.grant(scope, role, parse_auth_actions(actions))
         self.keep_policies()
 
     def revoke_permission(self, scope: str, role: str) -> None:
@@ -526,8 +522,8 @@ class BrokerService:
         scopes = [scope] if "://" not in scope else [TopicName.parse(scope).namespace_name, scope]
         for one in scopes:
             for role, actions in self.namespaces.permissions(one).items():
-                found.setdefault(role, set()).update(a.value for a in actions)
-        return {role: sorted(actions) for role, actions in sorted(found.items())}
+                found.setdefault(role, set()).update(actions)
+        return {role: [a for a in AUTH_ACTIONS if a in actions] for role, actions in sorted(found.items())}
 
     def set_policies(self, scope: str, policies: Policies) -> None:
         """Set the policies of a namespace (``tenant/ns``) or topic, replacing that scope's earlier ones.
@@ -733,7 +729,7 @@ class BrokerService:
             if sub_name in t.subscriptions or sub_name in getattr(t, "saved_subscriptions", {}):
                 found.append((t, self.subscription(t, sub_name)))
         if not found:
-            raise NotFound("subscription", f"Subscription {sub_name} not found")
+            raise NotFound("subscription", f"Subscription {sub_name} not found for topic {name}")
         return found
 
     def subscription_names(self, topic: str) -> list[str]:
@@ -755,19 +751,16 @@ class BrokerService:
 
     # -- cursors and messages (the binary protocol's SEEK / GET_LAST_MESSAGE_ID and the admin API) --
     def last_message_id(self, topic: Topic) -> LastMessageId:
-        """The last message id of ``topic`` (GET_LAST_MESSAGE_ID, ``GET .../lastMessageId``): as
-        Apache Pulsar, a topic never written answers -1:-1 (one whose entries were all trimmed
-        still answers its last position), and a batch its last index."""
+        """The last message id of ``topic`` (GET_LAST_MESSAGE_ID, ``GET .../lastMessageId``). A
+        topic never written has ``written`` False: GET_LAST_MESSAGE_ID then answers -1:-1 as
+        Pulsar's ServerCnx does, the admin API the current ledger and entry -1, as Pulsar's REST
+        API does (one whose entries were all trimmed still answers its last position)."""
         log_ = topic.log
-        if len(log_) == 0 and log_.trimmed == 0:
-            return LastMessageId(-1, -1, topic.partition_index)
         ledger, entry = log_.last_position
+        written = len(log_) > 0 or log_.trimmed > 0
         last = log_.entries[-1] if len(log_) else None
-        if last is not None and last.is_batch:
-            return LastMessageId(
-                ledger, entry, topic.partition_index, last.num_messages - 1, last.num_messages
-            )
-        return LastMessageId(ledger, entry, topic.partition_index)
+        batch_index = last.num_messages - 1 if last is not None and last.is_batch else -1
+        return LastMessageId(ledger, entry, topic.partition_index, batch_index, written)
 
     def seek_position(
         self, topic: Topic, *, position: Position | None = None, publish_time: int | None = None
@@ -814,7 +807,7 @@ class BrokerService:
             return sub
         saved = getattr(topic, "saved_subscriptions", {}).get(name)
         if saved is None:
-            raise NotFound("subscription", f"Subscription {name} not found")
+            raise NotFound("subscription", f"Subscription {name} not found for topic {topic.name}")
         sub_type = int(saved.get("type", SubType.Exclusive))
         return self.new_subscription(topic, name, sub_type, durable=True, start=EARLIEST)
 
@@ -852,10 +845,10 @@ class BrokerService:
         the subscription exists."""
         full = str(TopicName.parse(topic))
         if not full.startswith("persistent://"):
-            raise Unsupported("Create subscription on non persistent topic is not supported")
+            raise Unsupported("Create subscription on non-persistent topic can only be done through client")
         parts = self._partitions_visited(full) if full in self.partitioned else [full]
         if not self.topic_exists(full) and not self.config.allow_auto_topic_creation:
-            raise CannotCreate("Topic does not exist and cannot be auto-created")
+            raise PreconditionFailed("Topic does not exist and cannot be auto-created")
         topics = []
         for part in parts:
             found = self.get_topic(part, create=True)
@@ -907,9 +900,14 @@ class BrokerService:
 
     def peek(self, topic: str, name: str, n: int) -> Entry:
         """The ``n``-th entry (from 1) subscription ``name`` has not acknowledged (Pulsar's peek:
-        entries acknowledged individually are skipped); :class:`NotFound` ``message`` past the end."""
+        entries acknowledged individually are skipped; a subscription that does not exist is
+        created at the earliest position, as Pulsar does); :class:`NotFound` ``message`` past the
+        end (and for ``n`` below 1, where Pulsar fails with a 500)."""
         t = self._readable(topic, "Peek messages")
-        sub = self.subscription(t, name)
+        try:
+            sub = self.subscription(t, name)
+        except NotFound:  # as Pulsar's getSubscriptionReference: created at the earliest position
+            sub = self.new_subscription(t, name, SubType.Exclusive, durable=True, start=EARLIEST)
         seen = 0
         if n >= 1:
             for i in range(t.log.index_after(sub.mark_delete), len(t.log)):
@@ -921,12 +919,17 @@ class BrokerService:
         raise NotFound("message", "Message not found")
 
     def examine(self, topic: str, initial: str, n: int) -> Entry:
-        """The ``n``-th entry (from 1; below 1 reads as 1, as Pulsar) from the ``earliest`` or the
-        ``latest`` end of the topic (Pulsar's examine-message); :class:`NotFound` past the end."""
+        """The ``n``-th entry (from 1; below 1 reads as 1, as Pulsar) from the ``earliest`` end of
+        the topic, or from the ``latest`` for any other ``initial`` (Pulsar's examine-message);
+        :class:`PreconditionFailed` for a topic without entries."""
         t = self._readable(topic, "Examine messages")
+        if len(t.log) == 0:
+            raise PreconditionFailed("Could not examine messages due to the total message is zero")
         n = max(n, 1)
-        idx = n - 1 if initial == "earliest" else len(t.log) - n
-        if not 0 <= idx < len(t.log):
+        # From the earliest, a position past the end reads the last entry (as Pulsar's
+        # getPositionAfterN); from the latest, one before the first is not found (Pulsar: a 500).
+        idx = min(n, len(t.log)) - 1 if initial == "earliest" else len(t.log) - n
+        if idx < 0:
             raise NotFound("message", "Message not found")
         return t.log.entry(idx)
 
@@ -959,7 +962,7 @@ class BrokerService:
         ``partitioned topic`` when it is not one."""
         n = self.partitioned.get(name)
         if n is None:
-            raise NotFound("partitioned topic", f"Partitioned topic {name} does not exist")
+            raise NotFound("partitioned topic", f"Partitioned Topic {name} not found")
         present = {p: self.stats_topic(p) for p in self.present_partitions(name)}
         if n > MAX_PARTITIONS_VISITED:
             return n, dict(present)

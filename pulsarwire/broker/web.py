@@ -74,10 +74,10 @@ from .service import (
     SUPERUSER,
     BrokerError,
     BrokerService,
-    CannotCreate,
     InUse,
     InvalidPartitions,
     NotFound,
+    PreconditionFailed,
     Unsupported,
 )
 
@@ -96,14 +96,12 @@ MAX_HEADERS = 100
 MAX_HTTP_CONNECTIONS = 1024
 #: Largest Content-Length (a Java long, as Jetty reads it); above: 400.
 MAX_INT64 = 2**63 - 1
-#: Pulsar's reasons for what a request names and does not exist (the service's NotFound.what).
+#: Pulsar's reasons for a tenant or namespace a request names and does not exist (the service's
+#: NotFound.what); for the rest the service's NotFound says it in Pulsar's words (a topic's, a
+#: subscription's name in it).
 _NOT_FOUND = {
     "tenant": "Tenant does not exist",
     "namespace": "Namespace does not exist",
-    "topic": "Topic not found",
-    "partitioned topic": "Partitioned topic does not exist",
-    "subscription": "Subscription not found",
-    "message": "Message not found",
 }
 _MODE = pb.CommandGetTopicsOfNamespace.Mode
 #: ``?mode=`` of a namespace's topic list, and the mode listing one domain
@@ -510,10 +508,10 @@ class WebService:
         except HttpError as exc:
             return _error(exc.status, exc.reason, exc.headers)
         except NotFound as exc:
-            return _error(404, _NOT_FOUND.get(exc.what, str(exc)))
+            return _error(404, _NOT_FOUND.get(exc.what, str(exc)))  # else the service's own words
         except InUse as exc:
             return _error(409, str(exc))
-        except CannotCreate as exc:
+        except PreconditionFailed as exc:
             return _error(412, str(exc))
         except Unsupported as exc:
             return _error(400, str(exc))
@@ -580,7 +578,7 @@ class WebService:
         try:
             return self.service.existing_topic(str(name))
         except BrokerError as exc:
-            raise HttpError(404, "Topic not found") from exc
+            raise HttpError(404, f"Topic {name} not found") from exc
 
     def _body_json(self, request: Request, kind: type, what: str) -> Any:
         value = request.json()
@@ -673,12 +671,21 @@ class WebService:
 
     def on_delete_tenant(self, request: Request, p: dict[str, str]) -> Response:
         self._authorize(request, "", SUPERUSER, "administrate tenants")
-        self.service.delete_tenant(p["tenant"])
+        try:
+            self.service.delete_tenant(p["tenant"])
+        except NotFound as exc:
+            raise HttpError(404, str(exc)) from None  # Pulsar's "Tenant doesn't exist" here
         return Response(204)
 
     def on_delete_namespace(self, request: Request, p: dict[str, str]) -> Response:
-        namespace = self._namespace(request, p, SUPERUSER, "administrate namespaces")
-        self.service.delete_namespace(namespace, force=request.flag("force"))
+        namespace = f"{p['tenant']}/{p['namespace']}"
+        self._authorize(request, namespace, SUPERUSER, "administrate namespaces")
+        try:
+            self.service.delete_namespace(namespace, force=request.flag("force"))
+        except NotFound as exc:
+            if exc.what != "namespace":
+                raise
+            raise HttpError(404, f"Namespace {namespace} does not exist.") from None
         return Response(204)
 
     # -- permissions ------------------------------------------------------------------------
@@ -849,7 +856,7 @@ class WebService:
         name = self._topic(request, p, SUPERUSER, "delete topics")
         full = str(name)
         if self.service.partition_count(full) is None:
-            raise HttpError(404, "Partitioned topic does not exist")
+            raise HttpError(404, f"Topic {full} not found.")
         self._check_deletable(self.service.present_partitions(full), request.flag("force"))
         self.service.delete_topic(full)
         return Response(204)
@@ -871,7 +878,7 @@ class WebService:
         if self.service.partition_count(full) is not None:
             raise HttpError(409, "Topic is a partitioned topic: delete it with DELETE .../partitions")
         if not self.service.topic_exists(full):
-            raise HttpError(404, "Topic not found")
+            raise HttpError(404, f"Topic {full} not found")
         self._check_deletable([full], request.flag("force"))
         self.service.delete_topic(full)
         return Response(204)
@@ -908,30 +915,29 @@ class WebService:
         name = self._topic(request, p, LOOKUP, "get the stats of topics")
         n, parts = self.service.partition_topics(str(name))
         body = {
-            "metadata": {"partitions": n},
+            "metadata": {"partitions": n, "deleted": False},
             "partitions": {part: internal_stats(t) for part, t in parts.items()},
         }
         return Response(200, body)
 
     def on_last_message_id(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, CONSUME, "get the last message id of topics")
-        if self.service.partition_count(str(name)) is not None:
-            raise HttpError(405, "GetLastMessageId on a partitioned topic is not allowed")
-        last = self.service.last_message_id(self._loaded(name))
+        last = self.service.last_message_id(self._loaded(name))  # a partitioned topic is 404, as Pulsar
+        # Pulsar's MessageIdImpl / BatchMessageIdImpl as its Jackson writes them
         body: dict[str, int] = {
             "ledgerId": last.ledger_id,
             "entryId": last.entry_id,
             "partitionIndex": last.partition,
+            "batchIndex": last.batch_index,
+            "batchSize": 0,
         }
         if last.batch_index >= 0:
-            body.update(batchIndex=last.batch_index, batchSize=last.batch_size)
+            body.update(outstandingAcksInSameBatch=0, originalBatchSize=0)
         return Response(200, body)
 
     def on_examine_message(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, CONSUME, "examine messages")
-        initial = request.query.get("initialPosition", "latest") or "latest"
-        if initial not in ("latest", "earliest"):
-            raise HttpError(400, f"initialPosition {initial[:40]!r} is neither latest nor earliest")
+        initial = request.query.get("initialPosition", "latest")
         position = _path_long(request.query.get("messagePosition", "1") or "1", "messagePosition", "a number")
         return self._message(self.service.examine(str(name), initial, position))
 
@@ -1204,17 +1210,18 @@ def _position(pos: tuple[int, int]) -> str:
 
 
 def _reset_cursor_data(body: Any) -> tuple[tuple[int, int], bool]:
-    """The position and ``isExcluded`` of Pulsar's ResetCursorData (``ledgerId``, ``entryId``:
-    -1:-1 the earliest, Long.MAX_VALUE both the latest); 400 when it is not one."""
+    """The position and ``excluded`` of Pulsar's ResetCursorData (``ledgerId``, ``entryId``: -1:-1
+    the earliest, Long.MAX_VALUE both the latest; ``excluded``, the JSON name of its ``isExcluded``
+    field); 400 when it is not one."""
     if not isinstance(body, dict):
         raise HttpError(400, "the body must be a ResetCursorData object (ledgerId, entryId)")
     ledger, entry = body.get("ledgerId"), body.get("entryId")
-    excluded = body.get("isExcluded", False)
+    excluded = body.get("excluded", False)
     for value in (ledger, entry):
         if not isinstance(value, int) or isinstance(value, bool) or not -MAX_INT64 - 1 <= value <= MAX_INT64:
             raise HttpError(400, "ledgerId and entryId must be numbers (Java longs)")
     if not isinstance(excluded, bool):
-        raise HttpError(400, "isExcluded must be true or false")
+        raise HttpError(400, "excluded must be true or false")
     return (cast(int, ledger), cast(int, entry)), excluded
 
 
@@ -1264,15 +1271,18 @@ _MESSAGE_HEADERS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 
 def message_answer(entry: Entry, max_size: int) -> tuple[list[tuple[str, str]], bytes]:
     """The X-Pulsar-* headers and the body Pulsar answers for a stored entry (peek, examine,
-    get-message-by-id; PersistentTopicsBase.generateResponseWithEntry): the metadata as headers,
-    the payload decompressed (a batch whole, with ``X-Pulsar-num-batch-message``: the admin client
-    splits it). Raises the codec's typed errors for an entry that cannot be decoded."""
+    get-message-by-id; PersistentTopicsBase.generateResponseWithEntry of Pulsar 4): the metadata as
+    headers (the properties as one JSON object in ``X-Pulsar-PROPERTY``), the payload decompressed
+    (a batch whole, with ``X-Pulsar-num-batch-message``: the admin client splits it). Raises the
+    codec's typed errors for an entry that cannot be decoded."""
     data = entry.data
     _body_start, md_start, md_size = entry_layout(data)
     md = decode_metadata(data[md_start : md_start + md_size])
     payload = uncompressed_payload(md, data[md_start + md_size :], max_size)
     h: list[tuple[str, str]] = [("X-Pulsar-Message-ID", _position(entry.position))]
-    h += [(f"X-Pulsar-PROPERTY-{kv.key}", kv.value) for kv in md.properties]
+    # Pulsar 4 sends the properties as one JSON object (earlier releases: a header per key)
+    properties = {kv.key: kv.value for kv in md.properties}
+    h.append(("X-Pulsar-PROPERTY", json.dumps(properties, separators=(",", ":"))))
     if md.HasField("num_messages_in_batch"):
         h.append(("X-Pulsar-num-batch-message", str(md.num_messages_in_batch)))
         h.append(("X-Pulsar-batch-size", str(len(data) - md.ByteSize())))
@@ -1284,6 +1294,7 @@ def message_answer(entry: Entry, max_size: int) -> tuple[list[tuple[str, str]], 
     h += [(name, write(getattr(md, f))) for name, f, write in _MESSAGE_HEADERS if fields.HasField(f)]
     h += [("X-Pulsar-replicated-to", r) for r in md.replicate_to]
     h += [("X-Pulsar-Base64-encryption-keys", _b64(k.SerializeToString())) for k in md.encryption_keys]
+    h.append(("X-Pulsar-txn-uncommitted", "false"))  # no transactions here: nothing is uncommitted
     # header values are latin-1 on the wire: text that is not is sent as its UTF-8 bytes
     return [(k, v.encode("utf-8").decode("latin-1")) for k, v in h], payload
 
@@ -1319,7 +1330,7 @@ def partitioned_stats(
             merged["msgOutCounter"] += sub["msgOutCounter"]
             merged["consumers"] += sub["consumers"]
     total["deduplicationStatus"] = "Enabled" if service.deduplication_enabled(name) else "Disabled"
-    total["metadata"] = {"partitions": n}
+    total["metadata"] = {"partitions": n, "deleted": False}
     total["partitions"] = each if per_partition else {}
     return total
 

@@ -151,7 +151,9 @@ def test_partitioned_topic_lifecycle(web: Broker) -> None:
     assert u is not None
     name = new_topic("pt")
     path = f"/admin/v2/persistent/public/default/{name}/partitions"
-    assert call(u, "GET", path)[:2] == (404, {"reason": "Topic not found"})
+    full = f"persistent://public/default/{name}"
+    # Pulsar 4's reasons name the topic (checked against Apache Pulsar: test_admin_rest_real_pulsar.py)
+    assert call(u, "GET", path)[:2] == (404, {"reason": f"Topic {full} not found"})
     assert call(u, "PUT", path, 0)[0] == 406
     assert call(u, "PUT", path, "three")[0] == 400
     assert call(u, "PUT", path, 3)[0] == 204
@@ -160,13 +162,12 @@ def test_partitioned_topic_lifecycle(web: Broker) -> None:
     assert call(u, "POST", path, 2)[0] == 422
     assert call(u, "POST", path, 4)[0] == 204
     assert call(u, "GET", path)[:2] == (200, {"partitions": 4})
-    full = f"persistent://public/default/{name}"
     status, topics, _ = call(u, "GET", "/admin/v2/persistent/public/default")
     assert status == 200 and [f"{full}-partition-{i}" for i in range(4)] == [t for t in topics if name in t]
     assert full in call(u, "GET", "/admin/v2/persistent/public/default/partitioned")[1]
     assert call(u, "DELETE", path)[0] == 204
     assert call(u, "GET", path)[0] == 404
-    assert call(u, "DELETE", path)[:2] == (404, {"reason": "Partitioned topic does not exist"})
+    assert call(u, "DELETE", path)[:2] == (404, {"reason": f"Topic {full} not found."})
 
 
 def test_non_partitioned_topic_create_and_delete(web: Broker) -> None:
@@ -174,7 +175,8 @@ def test_non_partitioned_topic_create_and_delete(web: Broker) -> None:
     assert u is not None
     name = new_topic("np")
     path = f"/admin/v2/persistent/public/default/{name}"
-    assert call(u, "DELETE", path)[:2] == (404, {"reason": "Topic not found"})
+    full = f"persistent://public/default/{name}"
+    assert call(u, "DELETE", path)[:2] == (404, {"reason": f"Topic {full} not found"})
     assert call(u, "PUT", path)[0] == 204
     assert call(u, "PUT", path)[:2] == (409, {"reason": "This topic already exists"})
     assert call(u, "GET", path + "/partitions")[:2] == (200, {"partitions": 0})
@@ -223,7 +225,7 @@ def test_stats_subscriptions_skip_reset_and_delete(web: Broker) -> None:
         assert got == [b"m%d" % i for i in range(5)]
         assert call(u, "POST", base + "/subscription/nope/skip_all")[:2] == (
             404,
-            {"reason": "Subscription not found"},
+            {"reason": f"Subscription nope not found for topic {full}"},
         )
         assert call(u, "POST", base + "/subscription/sub-a/resetcursor/soon")[0] == 400
         deadline = time.monotonic() + 10  # the consumer resubscribes after the reset closed it
