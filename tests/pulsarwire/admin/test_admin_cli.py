@@ -26,6 +26,7 @@ import pytest
 
 from pulsarwire.broker import Broker, Grants
 from pulsarwire.broker.auth import TokenAuth
+from tests.helpers.certs import server_certificates
 from tests.helpers.cli import ROOT, Ran, command_env, no_trace, pulsarwire_admin
 from tests.helpers.judge import new_topic, receive_n
 
@@ -215,6 +216,22 @@ def test_grant_permission_is_what_the_official_client_may_then_do(broker: Broker
     )
     assert refused.code == 1 and len(refused.err_lines) == 1
     assert "403" in refused.err and "permission" in refused.err
+
+
+def test_https_admin_url_with_the_tls_options(tmp_path: Path) -> None:
+    files = server_certificates(tmp_path)
+    tls = {"tls_port": 0, "tls_cert_file": files["cert"], "tls_key_file": files["key"]}
+    with Broker(https_port=0, **tls) as b:
+        assert b.http_url_tls is not None and b.http_url_tls.startswith("https://")
+        trusted = pulsarwire_admin(
+            "--admin-url", b.http_url_tls, "--tls-trust-cert-path", str(files["ca"]), "tenants", "list"
+        )
+        assert ok(trusted).out_lines == ["public"]
+        untrusted = pulsarwire_admin("--admin-url", b.http_url_tls, "tenants", "list")
+        assert untrusted.code == 1 and len(untrusted.err_lines) == 1
+        assert b.http_url_tls in untrusted.err and "--tls-trust-cert-path" in untrusted.err
+        insecure = pulsarwire_admin("--admin-url", b.http_url_tls, "--tls-allow-insecure", "tenants", "list")
+        assert ok(insecure).out_lines == ["public"]
 
 
 def test_a_client_conf_as_first_argument(broker: Broker, tmp_path: Path) -> None:

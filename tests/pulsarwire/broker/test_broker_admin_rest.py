@@ -25,7 +25,7 @@ from pulsarwire.broker import Broker, Grants
 from pulsarwire.broker.auth import TokenAuth
 from pulsarwire.codec.batch import split_batch
 from pulsarwire.proto import pb
-from tests.helpers.hostile import connect, producer
+from tests.helpers.hostile import assert_bystander_served, connect, producer
 from tests.helpers.judge import make_client, new_topic, position, receive_n, send_all, wait_until
 from tests.helpers.web import call, request
 
@@ -313,6 +313,21 @@ def test_subscriptions_of_a_partitioned_topic_list_and_delete(tmp_path: Path) ->
         assert stats["subscriptions"]["kept"]["msgBacklog"] == 1
         assert call(u, "DELETE", f"{T}/{name}/subscription/kept")[0] == 204
         assert call(u, "GET", f"{T}/{name}/subscriptions")[:2] == (200, [])
+
+
+def test_calls_on_a_huge_partitioned_topic_are_bounded(web: Broker) -> None:
+    """2**31-1 partitions exist by their count: partitioned stats list only those holding anything,
+    a subscription is not created on each of them one by one (405), and a bystander is served."""
+    u = url(web)
+    name = local(new_topic("huge"))
+    assert call(u, "PUT", f"{T}/{name}/partitions", 2**31 - 1)[0] == 204
+    status, stats, _ = call(u, "GET", f"{T}/{name}/partitioned-stats")
+    assert status == 200 and stats["metadata"]["partitions"] == 2**31 - 1 and stats["partitions"] == {}
+    assert call(u, "GET", f"{T}/{name}/partitioned-internalStats")[1]["partitions"] == {}
+    status, body, _ = call(u, "PUT", f"{T}/{name}/subscription/s")
+    assert status == 405 and "more than the 10000 one call visits" in body["reason"]
+    assert call(u, "GET", f"{T}/{name}/subscriptions")[:2] == (200, [])
+    assert_bystander_served(web.service_url)
 
 
 # -- unload --------------------------------------------------------------------------------------------------

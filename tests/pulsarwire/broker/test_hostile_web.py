@@ -43,6 +43,7 @@ from pulsarwire.broker.auth import Authentication, TokenAuth
 from pulsarwire.broker.htpasswd import MAX_CREDENTIAL_BYTES, BasicAuth, apr1_crypt
 from pulsarwire.codec import new_command
 from pulsarwire.proto import pb
+from tests.helpers.certs import server_certificates
 from tests.helpers.hostile import assert_bystander_served, broker_url
 from tests.helpers.raw import RawConnection
 
@@ -424,16 +425,7 @@ def test_tenant_flag_and_admin_roles_survive_a_restart(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    trustme = pytest.importorskip("trustme")
-    d = tmp_path_factory.mktemp("https")
-    ca = trustme.CA()
-    files = {"ca": d / "ca.pem", "cert": d / "cert.pem", "key": d / "key.pem"}
-    ca.cert_pem.write_to_path(str(files["ca"]))
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    for i, pem in enumerate(cert.cert_chain_pems):
-        pem.write_to_path(str(files["cert"]), append=i > 0)
-    cert.private_key_pem.write_to_path(str(files["key"]))
-    return files
+    return server_certificates(tmp_path_factory.mktemp("https"))
 
 
 def test_https_serves_the_admin_api_and_lookups_answer_http_url_tls(tls_files: dict[str, Path]) -> None:
