@@ -465,8 +465,9 @@ class BrokerService:
 
     def delete_tenant(self, tenant: str) -> None:
         """Delete ``tenant`` (Pulsar's DELETE /admin/v2/tenants/{tenant}): :class:`NotFound` when it
-        does not exist, BrokerError NotAllowedError ("The tenant still has active namespaces",
-        Pulsar's 409) while a namespace of it does. Raises OSError when the data dir cannot keep it."""
+        does not exist, :class:`InUse` ("The tenant still has active namespaces") while a
+        namespace of it does. Raises OSError when the data dir cannot keep it. A tenant named by a
+        ``--tenant`` flag comes back at the next start, as a namespace of ``--namespace`` does."""
         if not self.namespaces.has_tenant(tenant):
             raise NotFound("tenant", "Tenant doesn't exist")
         if any(n.partition("/")[0] == tenant for n in self.namespaces.names()):
@@ -840,9 +841,10 @@ class BrokerService:
     def create_subscription(self, topic: str, name: str, position: Position) -> None:
         """Create durable subscription ``name`` at ``position`` (earliest, latest or an entry: the
         next one read is that entry), on each partition of a partitioned topic (Pulsar's PUT
-        .../subscription/{name}). BrokerError: NotAllowedError on a non-persistent topic,
-        TopicNotFound when the topic does not exist and auto-creation is off, :class:`InUse` when
-        the subscription exists."""
+        .../subscription/{name}). Raises :class:`Unsupported` on a non-persistent topic,
+        :class:`PreconditionFailed` when the topic does not exist and auto-creation is off,
+        :class:`InUse` when the subscription exists (on any partition: then none is created),
+        NotAllowedError past :data:`MAX_PARTITIONS_VISITED` partitions."""
         full = str(TopicName.parse(topic))
         if not full.startswith("persistent://"):
             raise Unsupported("Create subscription on non-persistent topic can only be done through client")
