@@ -5,7 +5,9 @@ The same requests -- raw HTTP, one scenario with fresh names per broker -- go to
 broker, and the answers must be equal once what is each broker's own is taken out (ledger ids,
 publish times, producer names, the names of the topics, tenants and roles of the run): status
 codes, reasons, JSON shapes, the X-Pulsar-* headers of peeked messages and their bodies. Then
-``pulsarwire-admin`` runs the same verbs against both and must print the same.
+``pulsarwire-admin`` runs the same verbs against both and must print the same, and Pulsar's own
+Java admin client (PulsarAdmin, tests/realpeers/pulsar/AdminJudge.java, run from the peer's jars)
+must read the same from both: peeked batches split, message ids, stats, permissions, conflicts.
 
 Where Pulsar answers with a 500 and a Java stack trace, or stores an unknown action as null, this
 broker answers otherwise on purpose (docs/broker.md) and the scenario does not ask.
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -23,6 +27,7 @@ import pytest
 
 from pulsarwire.broker import Broker
 from tests.helpers.cli import pulsarwire_admin
+from tests.helpers.jvm_peer import java_command
 from tests.helpers.real_pulsar import RealPulsar, token
 from tests.helpers.web import request
 
@@ -256,3 +261,55 @@ def test_pulsarwire_admin_prints_the_same_for_apache_pulsar_and_our_broker(real_
     assert theirs["stats of a missing topic"][0] == 1
     differ = {k: {"pulsar": theirs[k], "ours": mine[k]} for k in theirs if theirs[k] != mine[k]}
     assert differ == {}
+
+
+# ---------------------------------------------------------------- Pulsar's own admin client as judge
+JUDGE = Path(__file__).resolve().parents[2] / "realpeers" / "pulsar" / "AdminJudge.java"
+
+
+def _judged(http: str, service_url: str, home: Path) -> dict[str, str]:
+    """What PulsarAdmin (the Java admin client, tests/realpeers/pulsar/AdminJudge.java) reads from
+    the broker at ``http``, step by step, with the run's ledger ids and names taken out."""
+    tag = uuid.uuid4().hex[:8]
+    topic = f"persistent://public/default/judge-{tag}"
+    parted = f"{topic}-p"
+    client = pulsar.Client(service_url, operation_timeout_seconds=30, logger=QUIET)
+    try:
+        single = client.create_producer(topic, batching_enabled=False)
+        ids = [single.send(f"m{i}".encode(), properties={"n": str(i)}, partition_key="k") for i in range(3)]
+        batched = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=50)
+        for i in range(2):
+            batched.send_async(f"b{i}".encode(), None)
+        batched.flush()
+    finally:
+        client.close()
+    assert request(http, "PUT", f"/admin/v2/persistent/public/default/judge-{tag}-p/partitions", 2)[0] == 204
+    home.mkdir()
+    args = [http, topic, parted, f"{ids[1].ledger_id()}:{ids[1].entry_id()}", tag]
+    ran = subprocess.run(
+        java_command("pulsar", str(JUDGE), args, home, heap="256m"),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    steps = {}
+    for line in ran.stdout.splitlines():
+        step, _, result = line.partition("\t")
+        result = re.sub(r"\b\d+:(-?\d+):(-?\d+)", r"L:\1:\2", result.replace(tag, "TAG"))  # message ids
+        steps[step] = result
+    return steps
+
+
+def test_pulsars_admin_client_reads_our_broker_as_apache_pulsar(
+    real_pulsar: RealPulsar, tmp_path: Path
+) -> None:
+    theirs = _judged(real_pulsar.web_url, real_pulsar.service_url, tmp_path / "pulsar")
+    with Broker(http_port=0) as ours:
+        assert ours.http_url is not None
+        mine = _judged(ours.http_url, ours.service_url, tmp_path / "ours")
+    # what the judge read is what the test wrote (so the comparison is not of two failures)
+    assert theirs["peek 10"].count("publishTimeSet=true") == 5 and "b1" in theirs["peek 10"]
+    assert theirs["reset to the second"].startswith("[L:1:-1 m1 {n=1} key=k")
+    differ = {k: {"pulsar": theirs[k], "ours": mine.get(k)} for k in theirs if theirs[k] != mine.get(k)}
+    assert differ == {} and mine.keys() == theirs.keys()
