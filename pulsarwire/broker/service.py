@@ -519,12 +519,32 @@ class BrokerService:
     def permissions(self, scope: str) -> dict[str, list[str]]:
         """Pulsar's GET .../permissions: role -> actions on ``scope``; a topic's include its
         namespace's (Pulsar's union of namespace and topic permissions)."""
-        found: dict[str, set[str]] = {}
-        scopes = [scope] if "://" not in scope else [TopicName.parse(scope).namespace_name, scope]
-        for one in scopes:
-            for role, actions in self.namespaces.permissions(one).items():
-                found.setdefault(role, set()).update(actions)
-        return {role: [a for a in AUTH_ACTIONS if a in actions] for role, actions in sorted(found.items())}
+        if "://" not in scope:
+            return self.permissions_of_scope(scope)
+        found = self.permissions_of_scope(TopicName.parse(scope).namespace_name)
+        for role, actions in self.permissions_of_scope(scope).items():
+            union = set(found.get(role, ())) | set(actions)
+            found[role] = [a for a in AUTH_ACTIONS if a in union]
+        return dict(sorted(found.items()))
+
+    def auth_policies(self, namespace: str) -> dict[str, Any]:
+        """Pulsar's AuthPolicies of ``namespace`` (in its Policies): the permissions granted on it
+        (``namespace_auth``) and on each of its topics (``destination_auth``)."""
+        topics = {
+            scope: self.permissions_of_scope(scope)
+            for scope in self.namespaces.all_permissions()
+            if "://" in scope and TopicName.parse(scope).namespace_name == namespace
+        }
+        return {
+            "namespace_auth": self.permissions_of_scope(namespace),
+            "destination_auth": dict(sorted(topics.items())),
+            "subscription_auth_roles": {},
+        }
+
+    def permissions_of_scope(self, scope: str) -> dict[str, list[str]]:
+        """Role -> actions granted on ``scope`` itself (in Pulsar's AuthAction order)."""
+        own = self.namespaces.permissions(scope)
+        return {role: [a for a in AUTH_ACTIONS if a in actions] for role, actions in sorted(own.items())}
 
     def set_policies(self, scope: str, policies: Policies) -> None:
         """Set the policies of a namespace (``tenant/ns``) or topic, replacing that scope's earlier ones.

@@ -744,6 +744,7 @@ class WebService:
             if own.schema_compatibility
             else "UNDEFINED",
             "retention_policies": _retention_json(own.retention) if own.retention else None,
+            "auth_policies": self.service.auth_policies(namespace),
         }
         return Response(200, body)
 

@@ -182,6 +182,12 @@ def scenario(http: str, service_url: str) -> dict[str, Any]:
         out["topic permissions"] = {
             k: v for k, v in r("GET", f"{t}/permissions")[1].items() if k.startswith("ROLE")
         }
+        auth = r("GET", ns)[1]["auth_policies"]
+        out["auth policies"] = (
+            {k: v for k, v in auth["namespace_auth"].items() if k.startswith("ROLE")},
+            {k: v for k, v in auth["destination_auth"].items() if "TOPIC" in k},
+            sorted(auth),
+        )
         out["revoke on namespace"] = r("DELETE", f"{ns}/permissions/ROLE")
         out["revoke on topic"] = r("DELETE", f"{t}/permissions/ROLE-t")
         out["revoke, nothing granted"] = r("DELETE", f"{ns}/permissions/ROLE-none")

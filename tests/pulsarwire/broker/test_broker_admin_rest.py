@@ -451,6 +451,12 @@ def test_grant_and_revoke_permissions_as_the_official_client_sees_them(tmp_path:
         assert call(u, "POST", f"{T}/{local(topic)}/permissions/dave", ["produce"], token=admin)[0] == 204
         assert _can_produce(b, "dave", topic) and not _can_produce(b, "dave", other)
         assert call(u, "GET", f"{T}/{local(topic)}/permissions", token=admin)[1] == {"dave": ["produce"]}
+        # Pulsar's Policies carry them as auth_policies.
+        assert call(u, "GET", ns, token=admin)[1]["auth_policies"] == {
+            "namespace_auth": {},
+            "destination_auth": {topic: {"dave": ["produce"]}},
+            "subscription_auth_roles": {},
+        }
         # Kept across a restart, as Pulsar keeps auth_policies in its metadata store.
         b.restart()
         assert call(u, "GET", f"{T}/{local(topic)}/permissions", token=admin)[1] == {"dave": ["produce"]}
