@@ -15,16 +15,20 @@ that succeeded.
 
 Failures: one line on stderr naming what failed and where (the request's method and URL, or the
 argument) with the broker's status and Pulsar's ``reason``, exit code 1; bad usage is argparse's
-exit code 2; Ctrl-C 130. ``-v`` adds the traceback. Credentials (``--auth-params``, a token
+exit code 2; Ctrl-C 130, SIGTERM 143. ``-v`` adds the traceback. Credentials (``--auth-params``, a token
 file's content, user info in the URL) are never printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import os
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -580,13 +584,24 @@ def _client(args: argparse.Namespace, conf: dict[str, str]) -> AdminClient:
     return AdminClient(url, auth, context, args.request_timeout)
 
 
+class Terminated(Exception):
+    """SIGTERM arrived."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Run the command; the exit code (0, 1 for a failure, 2 for usage, 130 for Ctrl-C)."""
+    """Run the command; the exit code (0, 1 for a failure, 2 for usage, 130 for Ctrl-C, 143 for
+    SIGTERM, 141 when stdout is closed under it, as ``| head`` does)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     out = out or sys.stdout
     err = err or sys.stderr
     conf: dict[str, str] = {}
     verbose = "-v" in argv or "--verbose" in argv
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         if argv and not argv[0].startswith("-") and argv[0] not in VERBS and Path(argv[0]).is_file():
             conf = read_client_conf(Path(argv[0]))
@@ -599,10 +614,22 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     except KeyboardInterrupt:
         err.write(f"{PROG}: interrupted\n")
         return 130
+    except Terminated:
+        err.write(f"{PROG}: terminated\n")
+        return 143
+    except BrokenPipeError:  # the reader went away (| head): nothing more to say, to anyone
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (AdminError, Unreachable, UsageError, PluginError, PulsarWireError, OSError) as exc:
         if verbose:
             traceback.print_exc(file=err)
         err.write(f"{PROG}: {_hint(exc)}\n")
+        return 1
+    except Exception as exc:  # a bug: one line, the trace with -v
+        if verbose:
+            traceback.print_exc(file=err)
+        err.write(f"{PROG}: unexpected failure: {type(exc).__name__}: {str(exc)[:200]} (-v for the trace)\n")
         return 1
 
 

@@ -284,8 +284,15 @@ def test_failures_are_one_line_with_what_where_and_why(broker: Broker) -> None:
     assert unknown.code == 1 and "need a persistent topic name" in unknown.err
 
 
-def test_ctrl_c_is_exit_130() -> None:
-    """A broker that never answers: Ctrl-C ends the command with 130 and one line."""
+@pytest.mark.parametrize(
+    ("sent", "code", "line"),
+    [
+        (signal.SIGINT, 130, "pulsarwire-admin: interrupted"),
+        (signal.SIGTERM, 143, "pulsarwire-admin: terminated"),
+    ],
+)
+def test_ctrl_c_is_130_and_sigterm_143(sent: signal.Signals, code: int, line: str) -> None:
+    """A broker that never answers: Ctrl-C (SIGTERM) ends the command with 130 (143) and one line."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
@@ -318,15 +325,15 @@ def test_ctrl_c_is_exit_130() -> None:
     try:
         assert accepted.wait(10)
         time.sleep(0.2)  # the request is sent, the command waits for the answer
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sent)
         out, err = proc.communicate(timeout=10)
     finally:
         proc.kill()
         server.close()
         for conn in held:
             conn.close()
-    assert proc.returncode == 130
-    assert err.strip().splitlines() == ["pulsarwire-admin: interrupted"] and out == ""
+    assert proc.returncode == code
+    assert err.strip().splitlines() == [line] and out == ""
 
 
 def test_the_console_script_is_registered() -> None:
