@@ -217,6 +217,10 @@ def test_peek_and_examine_answer_the_entry_with_pulsars_headers(web: Broker, cli
     }
     np = f"/admin/v2/non-persistent/public/default/{local(new_topic('np'))}"
     assert call(u, "GET", f"{np}/examinemessage")[0] == 405
+    # Path and query values Pulsar reads as Java longs: anything else is 400, never a 500.
+    for bad in ("ledger/abc/entry/1", "ledger/1/entry/99999999999999999999", "subscription/sub/position/x"):
+        assert call(u, "GET", f"{T}/{name}/{bad}")[0] == 400
+    assert call(u, "GET", f"{T}/{name}/examinemessage?messagePosition=1e3")[0] == 400
     consumer.close()
 
 
