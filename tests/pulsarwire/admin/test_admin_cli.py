@@ -263,6 +263,9 @@ def test_failures_are_one_line_with_what_where_and_why(broker: Broker) -> None:
     host = broker.http_url.removeprefix("http://")
     leaked = pulsarwire_admin("--admin-url", f"http://user:pa55word@{host}", "tenants", "list")
     assert leaked.code == 1 and "pa55word" not in leaked.err + leaked.out
+    # peek-messages on a topic that does not exist fails (pulsar-admin would print nothing).
+    peek = admin(broker, "topics", "peek-messages", missing, "-s", "s")
+    assert peek.code == 1 and peek.out == "" and peek.err_lines[0].endswith(f"404 Topic {missing} not found")
     # -v: the same line after the traceback.
     verbose = admin(broker, "-v", "topics", "stats", missing)
     assert verbose.code == 1 and "Traceback" in verbose.err and verbose.err_lines[-1] == ran.err_lines[0]
