@@ -91,6 +91,14 @@ def understands_end_of_topic(client_version: str) -> bool:
     return m is None or (int(m[1]), int(m[2])) > _CPP_WITHOUT_END_OF_TOPIC
 
 
+def peer_address(peername: object) -> str:
+    """A client's address as Pulsar writes it in stats and logs (Java's InetSocketAddress:
+    ``/127.0.0.1:56244``)."""
+    if isinstance(peername, tuple) and len(peername) >= 2:
+        return f"/{peername[0]}:{peername[1]}"
+    return str(peername or "")
+
+
 class ServerConnection(asyncio.Protocol):
     """One client connection: decode frames, dispatch commands, write responses."""
 
@@ -125,7 +133,7 @@ class ServerConnection(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.peer = str(transport.get_extra_info("peername"))
+        self.peer = peer_address(transport.get_extra_info("peername"))
         self.peer_cert = transport.get_extra_info("peercert") or None
         cfg = self.service.config
         if cfg.max_connections and len(self.service.connections) >= cfg.max_connections:

@@ -77,6 +77,8 @@ def test_partitioned_stats_add_up_the_partitions(web: Broker, client: pulsar.Cli
     assert sum(p["msgInCounter"] for p in stats["partitions"].values()) == 4
     assert stats["subscriptions"]["sub"]["msgBacklog"] == 4
     assert len(stats["subscriptions"]["sub"]["consumers"]) == 2  # one per partition
+    # addresses as Pulsar writes them (Java's InetSocketAddress)
+    assert all(c["address"].startswith("/127.0.0.1:") for c in stats["subscriptions"]["sub"]["consumers"])
     assert call(u, "GET", f"{T}/{name}/partitioned-stats?perPartition=false")[1]["partitions"] == {}
     status, internal, _ = call(u, "GET", f"{T}/{name}/partitioned-internalStats")
     assert status == 200 and internal["metadata"] == {"partitions": 2, "deleted": False}

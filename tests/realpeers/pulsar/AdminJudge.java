@@ -94,6 +94,15 @@ public class AdminJudge {
                 return describeAll(topics.peekMessages(topic, "judge", 1));
             });
             call("subscriptions", () -> new TreeSet<>(topics.getSubscriptions(topic)));
+            call("stats", () -> {
+                var stats = topics.getStats(topic);
+                // (not msgBacklog: Pulsar counts entries there, a batch as one; our broker counts messages)
+                return stats.getMsgInCounter() + " " + new TreeSet<>(stats.getSubscriptions().keySet());
+            });
+            call("internal stats", () -> {
+                var stats = topics.getInternalStats(topic);
+                return stats.numberOfEntries + " " + new TreeSet<>(stats.cursors.keySet());
+            });
             call("unload", () -> {
                 topics.unload(topic);
                 return "ok";
