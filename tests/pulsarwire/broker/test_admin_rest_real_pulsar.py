@@ -273,12 +273,11 @@ def test_pulsarwire_admin_prints_the_same_for_apache_pulsar_and_our_broker(real_
 JUDGE = Path(__file__).resolve().parents[2] / "realpeers" / "pulsar" / "AdminJudge.java"
 
 
-def _judged(http: str, service_url: str, home: Path) -> dict[str, str]:
-    """What PulsarAdmin (the Java admin client, tests/realpeers/pulsar/AdminJudge.java) reads from
-    the broker at ``http``, step by step, with the run's ledger ids and names taken out."""
+def _judge_arguments(http: str, service_url: str) -> tuple[list[str], str]:
+    """Write what the judge reads to the broker at ``http``: a topic with three single messages and
+    a batch of two, a partitioned topic; the judge's five arguments for it, and the run's tag."""
     tag = uuid.uuid4().hex[:8]
     topic = f"persistent://public/default/judge-{tag}"
-    parted = f"{topic}-p"
     client = pulsar.Client(service_url, operation_timeout_seconds=30, logger=QUIET)
     try:
         single = client.create_producer(topic, batching_enabled=False)
@@ -290,8 +289,19 @@ def _judged(http: str, service_url: str, home: Path) -> dict[str, str]:
     finally:
         client.close()
     assert request(http, "PUT", f"/admin/v2/persistent/public/default/judge-{tag}-p/partitions", 2)[0] == 204
+    return [http, topic, f"{topic}-p", f"{ids[1].ledger_id()}:{ids[1].entry_id()}", tag], tag
+
+
+def _judged(brokers: list[tuple[str, str]], home: Path) -> list[dict[str, str]]:
+    """What PulsarAdmin (the Java admin client, tests/realpeers/pulsar/AdminJudge.java) reads from
+    each broker (web URL, service URL), step by step, the run's ledger ids and names taken out.
+    One JVM judges them all (it compiles the judge once)."""
+    args, tags = [], []
+    for http, service_url in brokers:
+        more, tag = _judge_arguments(http, service_url)
+        args += more
+        tags.append(tag)
     home.mkdir()
-    args = [http, topic, parted, f"{ids[1].ledger_id()}:{ids[1].entry_id()}", tag]
     ran = subprocess.run(
         java_command("pulsar", str(JUDGE), args, home, heap="256m"),
         capture_output=True,
@@ -299,21 +309,23 @@ def _judged(http: str, service_url: str, home: Path) -> dict[str, str]:
         timeout=180,
     )
     assert ran.returncode == 0, ran.stderr[-2000:]
-    steps = {}
+    steps: list[dict[str, str]] = [{} for _ in brokers]
     for line in ran.stdout.splitlines():
-        step, _, result = line.partition("\t")
-        result = re.sub(r"\b\d+:(-?\d+):(-?\d+)", r"L:\1:\2", result.replace(tag, "TAG"))  # message ids
-        steps[step] = result
+        index, step, result = line.split("\t", 2)
+        result = result.replace(tags[int(index)], "TAG")
+        steps[int(index)][step] = re.sub(r"\b\d+:(-?\d+):(-?\d+)", r"L:\1:\2", result)  # message ids
     return steps
 
 
 def test_pulsars_admin_client_reads_our_broker_as_apache_pulsar(
     real_pulsar: RealPulsar, tmp_path: Path
 ) -> None:
-    theirs = _judged(real_pulsar.web_url, real_pulsar.service_url, tmp_path / "pulsar")
     with Broker(http_port=0) as ours:
         assert ours.http_url is not None
-        mine = _judged(ours.http_url, ours.service_url, tmp_path / "ours")
+        theirs, mine = _judged(
+            [(real_pulsar.web_url, real_pulsar.service_url), (ours.http_url, ours.service_url)],
+            tmp_path / "judge",
+        )
     # what the judge read is what the test wrote (so the comparison is not of two failures)
     assert theirs["peek 10"].count("publishTimeSet=true") == 5 and "b1" in theirs["peek 10"]
     assert theirs["reset to the second"].startswith("[L:1:-1 m1 {n=1} key=k")

@@ -1,11 +1,12 @@
 // Apache Pulsar's own admin client (PulsarAdmin, pulsar-client-admin-original from Maven Central)
 // as a judge of a broker's admin REST API: tests/pulsarwire/broker/test_admin_rest_real_pulsar.py
-// runs it against our broker and against Apache Pulsar standalone, with `java -cp <the pulsar
-// peer's jars> AdminJudge.java ADMIN_URL TOPIC PARTITIONED_TOPIC LEDGER:ENTRY TAG`, and compares
-// what it prints: one "step<TAB>result" line per call, in order. TOPIC holds messages written
-// beforehand by the test; LEDGER:ENTRY is the id of its second message; PARTITIONED_TOPIC has 2
-// partitions and no subscription; TAG makes the names of the run's roles and tenant unique.
-// A call that fails prints the admin client's exception class and its HTTP status.
+// runs it once, with `java -cp <the pulsar peer's jars> AdminJudge.java` and five arguments per
+// broker (Apache Pulsar standalone's, then ours): ADMIN_URL TOPIC PARTITIONED_TOPIC LEDGER:ENTRY
+// TAG, and compares what it prints for each: one "broker<TAB>step<TAB>result" line per call, in
+// order. TOPIC holds messages written beforehand by the test; LEDGER:ENTRY is the id of its second
+// message; PARTITIONED_TOPIC has 2 partitions and no subscription; TAG makes the names of the run's
+// roles and tenant unique. A call that fails prints the admin client's exception class and its
+// HTTP status.
 
 import java.util.ArrayList;
 import java.util.EnumSet;
@@ -26,8 +27,10 @@ import org.apache.pulsar.common.policies.data.PartitionedTopicStats;
 import org.apache.pulsar.common.policies.data.TenantInfo;
 
 public class AdminJudge {
+    static String broker = "";
+
     static void out(String step, Object result) {
-        System.out.println(step + "\t" + result);
+        System.out.println(broker + "\t" + step + "\t" + result);
     }
 
     static void call(String step, Callable<Object> fn) {
@@ -64,11 +67,13 @@ public class AdminJudge {
     }
 
     public static void main(String[] args) throws Exception {
-        String url = args[0];
-        String topic = args[1];
-        String parted = args[2];
-        String[] id = args[3].split(":");
-        String tag = args[4];
+        for (int i = 0; i + 5 <= args.length; i += 5) {
+            broker = String.valueOf(i / 5);
+            judge(args[i], args[i + 1], args[i + 2], args[i + 3].split(":"), args[i + 4]);
+        }
+    }
+
+    static void judge(String url, String topic, String parted, String[] id, String tag) throws Exception {
         MessageId second = new MessageIdImpl(Long.parseLong(id[0]), Long.parseLong(id[1]), -1);
         try (PulsarAdmin admin = PulsarAdmin.builder().serviceHttpUrl(url).build()) {
             var topics = admin.topics();
