@@ -828,7 +828,7 @@ class WebService:
         name = str(self._topic_name(p))
         create = request.flag("checkAllowAutoCreation")
         n = self.service.partitioned_metadata(name, request.role, auto_create=create)
-        return Response(200, {"partitions": n})
+        return Response(200, {"partitions": n, "deleted": False})  # PartitionedTopicMetadata, as Pulsar 4
 
     def on_create_partitioned_topic(self, request: Request, p: dict[str, str]) -> Response:
         name = self._topic(request, p, SUPERUSER, "create topics")

@@ -141,6 +141,7 @@ def scenario(http: str, service_url: str) -> dict[str, Any]:
 
         p = "/admin/v2/persistent/public/default/TOPIC-p"
         out["partitioned: create"] = r("PUT", f"{p}/partitions", 2)
+        out["partitioned: metadata"] = r("GET", f"{p}/partitions")
         out["partitioned: create sub"] = r("PUT", f"{p}/subscription/ps", {"ledgerId": -1, "entryId": -1})
         out["partitioned: subscriptions"] = r("GET", f"{p}/subscriptions")
         status, stats, _ = r("GET", f"{p}/partitioned-stats")

@@ -125,11 +125,11 @@ def test_partitioned_metadata_of_a_missing_topic_without_creation_is_not_found_o
         assert http_partitions(base, topic)[0] == 404
         assert not both.topic_exists(topic)  # neither created it
         # Both allowed to create: both answer the broker's default partitions, the same topic.
-        assert http_partitions(base, topic, create=True) == (200, {"partitions": 3})
+        assert http_partitions(base, topic, create=True) == (200, {"partitions": 3, "deleted": False})
         assert binary_partitions(conn, topic) == (-1, 3)
         other = unique("created-by-binary")
         assert binary_partitions(conn, other) == (-1, 3)
-        assert http_partitions(base, other) == (200, {"partitions": 3})
+        assert http_partitions(base, other) == (200, {"partitions": 3, "deleted": False})
     finally:
         conn.close()
 
@@ -234,6 +234,6 @@ def test_a_partition_of_a_partitioned_topic_exists_for_both(strict: Broker) -> N
         assert refused.type == T.ERROR and refused.command.error.error == E.TopicNotFound
         assert http(base, "GET", "/admin/v2/" + past.replace("://", "/", 1) + "/stats")[0] == 404
         assert binary_partitions(conn, first) == (-1, 0)
-        assert http_partitions(base, first) == (200, {"partitions": 0})
+        assert http_partitions(base, first) == (200, {"partitions": 0, "deleted": False})
     finally:
         conn.close()

@@ -158,10 +158,10 @@ def test_partitioned_topic_lifecycle(web: Broker) -> None:
     assert call(u, "PUT", path, "three")[0] == 400
     assert call(u, "PUT", path, 3)[0] == 204
     assert call(u, "PUT", path, 3)[:2] == (409, {"reason": "This topic already exists"})
-    assert call(u, "GET", path)[:2] == (200, {"partitions": 3})
+    assert call(u, "GET", path)[:2] == (200, {"partitions": 3, "deleted": False})
     assert call(u, "POST", path, 2)[0] == 422
     assert call(u, "POST", path, 4)[0] == 204
-    assert call(u, "GET", path)[:2] == (200, {"partitions": 4})
+    assert call(u, "GET", path)[:2] == (200, {"partitions": 4, "deleted": False})
     status, topics, _ = call(u, "GET", "/admin/v2/persistent/public/default")
     assert status == 200 and [f"{full}-partition-{i}" for i in range(4)] == [t for t in topics if name in t]
     assert full in call(u, "GET", "/admin/v2/persistent/public/default/partitioned")[1]
@@ -179,7 +179,7 @@ def test_non_partitioned_topic_create_and_delete(web: Broker) -> None:
     assert call(u, "DELETE", path)[:2] == (404, {"reason": f"Topic {full} not found"})
     assert call(u, "PUT", path)[0] == 204
     assert call(u, "PUT", path)[:2] == (409, {"reason": "This topic already exists"})
-    assert call(u, "GET", path + "/partitions")[:2] == (200, {"partitions": 0})
+    assert call(u, "GET", path + "/partitions")[:2] == (200, {"partitions": 0, "deleted": False})
     client = pulsar.Client(web.service_url)
     try:
         producer = client.create_producer(f"persistent://public/default/{name}")
