@@ -1,0 +1,36 @@
+"""Connectors: how a job reads its source and writes its sink, one module per kind.
+
+A job file's ``source.<kind>`` and ``sink.<kind>`` sections (:mod:`pipelines.jobs.models`) each
+open a connector (:mod:`pipelines.connectors.base`: the contracts) from a small job context;
+the runner, preflight, the exactly-once commit and the offset store talk only to those
+contracts. Built in: :mod:`~pipelines.connectors.pulsar` (source and sink),
+:mod:`~pipelines.connectors.delta` (the sink, and the source of publish jobs),
+:mod:`~pipelines.connectors.console` (a sink).
+
+An installed package adds a kind with an entry point in the group :data:`GROUP`, named
+``source.<kind>`` or ``sink.<kind>``, whose value is its section model (a subclass of
+:class:`pipelines.jobs.models.ConnectorSection`)::
+
+    [project.entry-points."pipelines.connectors"]
+    "source.memory" = "my_package.memory:MemorySource"
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Any
+
+__all__ = ["GROUP", "plugin_sections"]
+
+#: the entry-point group of installed connectors
+GROUP = "pipelines.connectors"
+
+
+def plugin_sections(side: str) -> dict[str, Any]:
+    """kind → section model of the connectors installed for ``side`` (``source`` or ``sink``)."""
+    found: dict[str, Any] = {}
+    for ep in entry_points(group=GROUP):
+        where, _, kind = ep.name.partition(".")
+        if where == side and kind:
+            found[kind] = ep.load()
+    return found
