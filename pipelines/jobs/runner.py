@@ -1,33 +1,29 @@
 """The runner: a validated :class:`~pipelines.jobs.models.Job` → a Spark query that runs to the end.
 
-``run_job`` builds (or joins) the SparkSession the profile describes, registers the
-``pulsarwire`` format, opens the job's source and sink (:mod:`pipelines.connectors`: it never
-asks which kinds they are) and wires source → transform → sink:
+``run_job`` joins the command's SparkSession (:mod:`pipelines.jobs.session`), opens the job's
+source and sink (:mod:`pipelines.connectors`; it never asks which kinds they are) and wires
+source → transform → sink:
 
 * a stream source: a Spark stream whose ``foreachBatch`` splits off undecodable rows (the
-  source settles them), transforms the rest and writes them. Into a sink that keeps
-  positions the write is :func:`pipelines.state.exactly_once.commit_batch` (idempotent sink
-  write, release upstream, offset store); without a checkpoint the run first
-  :func:`~pipelines.state.exactly_once.recover`\\ s and resumes from the offset store. Other
-  sinks write each batch idempotently by query and batch id.
-* a version source (a Delta table, publish jobs): each new version a batch written with
-  ``batchId`` = the version, then recorded as done by the source.
+  source settles them), transforms the rest and writes them. Into a sink that keeps positions
+  the write is :func:`pipelines.state.exactly_once.commit_batch` (idempotent sink write, release
+  upstream, offset store); without a checkpoint the run first
+  :func:`~pipelines.state.exactly_once.recover`\\ s from the sink. Other sinks write each batch
+  idempotently by query and batch id.
+* a version source (publish jobs): each new version one batch, its id the version, recorded as
+  done by the source once written.
 
-Before the query starts, the transformed rows' schema is checked against the sink (no data is
-read): a mismatch is an error naming the job key. Each micro-batch prints one progress line
-(batch id, the rows it read — Spark's own ``numInputRows``, no extra Spark job —, rows split
-off, duration, the source's lag after it and, once a rate is known, an ETA) and the run ends
-with a summary. A first Ctrl-C / SIGTERM (:mod:`pipelines.jobs.stopping`) stops the query once
-the batch in flight has committed.
+The transformed rows' schema is checked against the sink before anything is read. Each batch
+prints one progress line (batch id, the rows Spark counted for it — ``numInputRows``, no extra
+Spark job —, rows split off, duration, the source's lag and an ETA) and the run ends with a
+summary. A first Ctrl-C / SIGTERM (:mod:`pipelines.jobs.stopping`) stops the query once the
+batch in flight has committed.
 
 ``backfill`` reads a bounded source's range slice by slice and merges it into the sink on the
-rows' position columns (or the sink's merge keys), so a window already ingested adds nothing
-("0 new rows"); into an appending sink it leaves what comes after the stream's position to the
-stream. ``show_offsets`` / ``reset_offsets`` show (with each partition's end and backlog) or
-reset the stored positions.
-
-Spark's own logging is off unless ``-v`` (ERROR) or ``-vv`` (WARN): failures are reported by
-the ``pipelines`` command in one line (:func:`pipelines.errors.short_error`).
+rows' position columns (or the sink's merge keys): a window already ingested adds nothing ("0
+new rows"); into an appending sink what follows the stream's position is left to the stream.
+``show_offsets`` / ``reset_offsets`` show (with each partition's end and backlog) or reset the
+stored positions.
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ from pipelines.jobs.stopping import STOP
 from pipelines.options.bound import Bound, bound_text, time_slices
 from pipelines.state.checkpoint import batch_offsets, checkpoint_exists, last_offsets, move_aside, query_id
 from pipelines.state.exactly_once import ExactlyOnce, commit_batch, recover
-from pipelines.state.offsets import OffsetStore
+from pipelines.state.offsets import OffsetStore, position_of
 from pipelines.state.positions import Offsets, Position
 
 log = logging.getLogger("pipelines.jobs.runner")
@@ -321,7 +317,7 @@ def show_offsets(job: Job) -> int:
     if not rows:
         say(f"job {job.name}: no stored positions in {job.offsets}")
         return 0
-    stored = Offsets({r["topic"]: _position_of(r) for r in rows})
+    stored = Offsets({r["topic"]: position_of(r) for r in rows})
     with connectors(job) as (source, _):
         try:
             notes = source.backlog(stored) if isinstance(source, BoundedSource) else {}
@@ -347,10 +343,6 @@ def reset_offsets(job: Job, position: Bound) -> int:
         else:
             reposition(job, source, sink, offsets, "reset to")
     return 0
-
-
-def _position_of(row: dict[str, Any]) -> Position:
-    return Position(int(row["ledger_id"]), int(row["entry_id"]), int(row["batch_index"]))
 
 
 # -- backfill ----------------------------------------------------------------------------------
