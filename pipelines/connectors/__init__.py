@@ -9,7 +9,7 @@ contracts. Built in: :mod:`~pipelines.connectors.pulsar` (source and sink),
 
 An installed package adds a kind with an entry point in the group :data:`GROUP`, named
 ``source.<kind>`` or ``sink.<kind>``, whose value is its section model (a subclass of
-:class:`pipelines.jobs.models.ConnectorSection`)::
+:class:`pipelines.connectors.section.ConnectorSection`)::
 
     [project.entry-points."pipelines.connectors"]
     "source.memory" = "my_package.memory:MemorySource"

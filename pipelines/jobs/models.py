@@ -25,15 +25,14 @@ import importlib
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, cast, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Discriminator,
     Field,
     PrivateAttr,
@@ -46,8 +45,9 @@ from pydantic import (
 
 from pipelines.connectors import plugin_sections
 from pipelines.connectors.base import JobContext
+from pipelines.connectors.section import ConnectorSection, ProfileSection, Section
 from pipelines.errors import JobError
-from pipelines.masking import mask, mask_data
+from pipelines.masking import mask
 from pipelines.options.auth import CLASS_OF
 from pipelines.options.bound import Bound, end_problem
 from pipelines.options.client import CLIENT_PREFIX, ClientFields, ServiceUrl
@@ -122,53 +122,6 @@ ConfValue = Annotated[str, BeforeValidator(_scalar_text)]
 
 
 # -- positions and bounds -------------------------------------------------------------------
-
-
-class Section(BaseModel):
-    """Base of every job section: unknown keys are errors, secrets never reach a repr."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        coerce_numbers_to_str=True,
-        hide_input_in_errors=True,
-    )
-
-    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
-        for name, value in super().__repr_args__():
-            yield name, mask_data(value, key=name)
-
-
-class ConnectorSection(Section):
-    """A ``source.<kind>`` or ``sink.<kind>`` section: it opens its connector
-    (:mod:`pipelines.connectors`) and says what the job-level rules need to know of it."""
-
-    #: a source whose positions a job keeps (offset store); a sink that records them in its commits
-    KEEPS_POSITIONS: ClassVar[bool] = False
-    #: a source that ``pipelines backfill`` and ``offsets show/reset`` can read by ranges
-    BOUNDED: ClassVar[bool] = False
-    #: the sink needs the job's ``checkpoint``
-    NEEDS_CHECKPOINT: ClassVar[bool] = True
-
-    def describe(self) -> str:
-        """``pulsar orders``, ``delta <path> (append)``: one line for ``pipelines list``."""
-        raise NotImplementedError
-
-    def tables(self) -> list[tuple[str, str, bool]]:
-        """The Delta tables it reads or writes: (key below the section, path, written)."""
-        return []
-
-    def open(self, ctx: JobContext) -> Any:
-        """The connector of this section for a job (:mod:`pipelines.connectors.base`)."""
-        raise NotImplementedError
-
-    def error_keys(self) -> dict[str, str]:
-        """Error class name → the job key that fixes it, for errors its connector raises in Spark."""
-        return {}
-
-
-class ProfileSection(Section):
-    """A profile's ``<kind>:`` section: defaults for the job's ``source.<kind>`` and ``sink.<kind>``."""
 
 
 # -- client and connection ------------------------------------------------------------------
