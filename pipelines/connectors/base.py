@@ -30,6 +30,8 @@ __all__ = [
     "Checked",
     "JobContext",
     "MergeSink",
+    "Opened",
+    "PlainSink",
     "Sink",
     "Source",
     "StreamSource",
@@ -261,3 +263,43 @@ class MergeSink(Sink, Protocol):
     def merge(self, df: Any, keys: list[str], update: bool) -> tuple[int, int]:
         """Merge the rows in on ``keys``; (rows read, new rows)."""
         ...
+
+
+class Opened:
+    """What every connector does alike: it keeps its section and the job's context, describes
+    itself and lists its tables as its section does, and has nothing to reach or close unless it
+    says otherwise."""
+
+    key: str
+    section: Any
+
+    def __init__(self, section: Any, ctx: JobContext) -> None:
+        self.section = section
+        self.ctx = ctx
+
+    def describe(self) -> str:
+        return str(self.section.describe())
+
+    def tables(self) -> list[tuple[str, str, bool]]:
+        return list(self.section.tables())
+
+    def reach(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+class PlainSink(Opened):
+    """A sink that keeps no positions, checks nothing before reading and says nothing at the end."""
+
+    keeps_positions = False
+
+    def check(self, df: Any) -> list[str]:
+        return []
+
+    def committed(self, epoch: int) -> Offsets | None:
+        return None
+
+    def summary(self) -> str:
+        return ""

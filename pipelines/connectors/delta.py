@@ -32,7 +32,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from pipelines.connectors.base import Batch, Checked, JobContext, Resume
+from pipelines.connectors.base import Batch, Checked, JobContext, Opened, Resume
 from pipelines.errors import PipelinesError, SinkError, task_errors
 from pipelines.jobs.sink_schema import schema_problems, table_schema
 from pipelines.state.delta import (
@@ -72,28 +72,16 @@ def committed_in_target(
     return None
 
 
-class DeltaSinkConnector:
+class DeltaSinkConnector(Opened):
     """``sink.delta`` (:mod:`pipelines.connectors.base`: Sink and MergeSink)."""
 
     key = "sink.delta"
     keeps_positions = True
+    section: DeltaSink
 
     def __init__(self, section: DeltaSink, ctx: JobContext) -> None:
-        self.section = section
-        self.ctx = ctx
+        super().__init__(section, ctx)
         self.target = section.path
-
-    def describe(self) -> str:
-        return self.section.describe()
-
-    def tables(self) -> list[tuple[str, str, bool]]:
-        return self.section.tables()
-
-    def close(self) -> None:
-        pass
-
-    def reach(self) -> list[str]:
-        return []
 
     def _partitions(self) -> list[str] | None:
         """The partition columns of the existing table (None when there is none yet)."""
@@ -277,28 +265,16 @@ def _arrow_schema(dt: Any) -> pa.Schema:
     return pa.schema(schema) if not isinstance(schema, pa.Schema) else schema
 
 
-class DeltaSourceConnector:
+class DeltaSourceConnector(Opened):
     """``source.delta`` (:mod:`pipelines.connectors.base`: VersionSource)."""
 
     key = "source.delta"
+    section: DeltaSource
 
     def __init__(self, section: DeltaSource, ctx: JobContext) -> None:
-        self.section = section
-        self.ctx = ctx
+        super().__init__(section, ctx)
         self.path = section.path
         self._last: int | None = None
-
-    def describe(self) -> str:
-        return self.section.describe()
-
-    def tables(self) -> list[tuple[str, str, bool]]:
-        return self.section.tables()
-
-    def close(self) -> None:
-        pass
-
-    def reach(self) -> list[str]:
-        return []
 
     def preflight(self, command: str, resume: Resume, acked: Resume) -> Checked:
         return Checked([], Offsets({}))

@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pipelines.connectors.base import Batch, Checked, JobContext, Resume
+from pipelines.connectors.base import Batch, Checked, JobContext, Opened, PlainSink, Resume
 from pipelines.errors import (
     JobError,
     MissingTopicError,
@@ -187,15 +187,15 @@ def _reach(ctx: JobContext, key: str, options: dict[str, str]) -> list[str]:
 
 
 # -- the source --------------------------------------------------------------------------------
-class PulsarSourceConnector:
+class PulsarSourceConnector(Opened):
     """``source.pulsar`` (:mod:`pipelines.connectors.base`: StreamSource and BoundedSource)."""
 
     key = "source.pulsar"
     position_columns = POSITION_COLUMNS
+    section: PulsarSource
 
     def __init__(self, section: PulsarSource, ctx: JobContext) -> None:
-        self.section = section
-        self.ctx = ctx
+        super().__init__(section, ctx)
         self.subscription = section.subscription_of(ctx.name)
         self.options = section.stream_options(ctx.name)
         self.corrupt_word = "quarantined" if section.on_corrupt_message == "quarantine" else "skipped"
@@ -203,12 +203,6 @@ class PulsarSourceConnector:
         self._lock = threading.Lock()
 
     # -- plumbing
-    def describe(self) -> str:
-        return self.section.describe()
-
-    def tables(self) -> list[tuple[str, str, bool]]:
-        return self.section.tables()
-
     def _planner(self, *, durable: bool = False) -> Planner:
         """A planner on the job's topics; ``durable``: on the stream's own durable subscription."""
         s = self.section
@@ -518,25 +512,15 @@ _EVERYTHING = (Bound.model_construct(kind="earliest"), Bound.model_construct(kin
 
 
 # -- the sink ----------------------------------------------------------------------------------
-class PulsarSinkConnector:
+class PulsarSinkConnector(PlainSink):
     """``sink.pulsar``: each batch published with broker deduplication."""
 
     key = "sink.pulsar"
-    keeps_positions = False
+    section: PulsarSink
 
     def __init__(self, section: PulsarSink, ctx: JobContext) -> None:
-        self.section = section
-        self.ctx = ctx
+        super().__init__(section, ctx)
         self.options = section.write_options(ctx.name)
-
-    def describe(self) -> str:
-        return self.section.describe()
-
-    def tables(self) -> list[tuple[str, str, bool]]:
-        return []
-
-    def close(self) -> None:
-        pass
 
     def reach(self) -> list[str]:
         return _reach(self.ctx, f"{self.key}.service_url", self.options)
@@ -557,9 +541,3 @@ class PulsarSinkConnector:
         if batch.query_id and "producerNamePrefix" in opts:  # a new query: new producer names
             opts["producerNamePrefix"] += "-" + batch.query_id[:8]
         write_pulsar_exactly_once(df, batch.batch_id, opts)
-
-    def committed(self, epoch: int) -> Offsets | None:
-        return None
-
-    def summary(self) -> str:
-        return ""

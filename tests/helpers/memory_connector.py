@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from pipelines.connectors.base import Batch, Checked, JobContext, Resume
+from pipelines.connectors.base import Batch, Checked, JobContext, Opened, Resume
 from pipelines.connectors.section import ConnectorSection
 from pipelines.options.bound import Bound
 from pipelines.state.offsets import OffsetStore
@@ -152,31 +152,22 @@ def _data_source() -> Any:
 
 
 # -- the connector ------------------------------------------------------------------------------
-class MemoryConnector:
+class MemoryConnector(Opened):
     """``source.memory`` as :class:`pipelines.connectors.base.BoundedSource`."""
 
     key = "source.memory"
     position_columns = ("topic", "offset")
     corrupt_word = "skipped"
+    section: MemorySource
 
     def __init__(self, section: MemorySource, ctx: JobContext) -> None:
-        self.section = section
-        self.ctx = ctx
+        super().__init__(section, ctx)
         self.tp = topic_partition(section.topic, 0)
-
-    def describe(self) -> str:
-        return self.section.describe()
-
-    def tables(self) -> list[tuple[str, str, bool]]:
-        return []
 
     def reach(self) -> list[str]:
         if not Path(self.section.path).is_dir():
             return [self.ctx.line(f"{self.key}.path", f"no directory {self.section.path}")]
         return []
-
-    def close(self) -> None:
-        pass
 
     def _latest(self) -> Position:
         return Position.at_offset(len(_values(self.section.path)) - 1)
