@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from pipelines.connectors.pulsar_delta import ExactlyOnceJob, close_clients, write_delta_exactly_once
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
 from pulsarwire.errors import PulsarWireError
 from pulsarwire.testing.checker import Ledger, Report, check
 from pulsarwire.testing.proxy import FaultProxy
-from tests.helpers.ingest_job import ExactlyOnceJob, close_clients, write_delta_exactly_once
 
 TOPIC = "persistent://public/default/faults"
 
