@@ -3,7 +3,8 @@
 :func:`load_job` reads three layers and deep-merges them in this order (mappings merge
 key by key, anything else — lists, scalars, null — replaces):
 
-1. the profile ``<conf_dir>/<env>.yaml`` (only ``vars``, ``pulsar``, ``spark``);
+1. the profile ``<conf_dir>/<env>.yaml`` (only ``vars``, a connector's defaults such as
+   ``pulsar``, and ``spark``: :data:`PROFILE_KEYS`);
 2. the job file;
 3. ``--set key.path=value`` overrides (values are YAML: ``8``, ``true``, ``[a, b]``).
 
@@ -12,8 +13,8 @@ default when NAME is unset or empty), ``${key.path}`` (any key of the merged doc
 ``vars.*`` included; ``[0]`` indexes lists, ``["a.b"]`` quotes keys with dots).
 References resolve recursively, a reference that is the whole string keeps the type of
 its target (a number, a mapping), ``$${`` is a literal ``${``, and cycles are errors.
-The profile's ``pulsar.service_url`` and ``pulsar.client`` then become the defaults of
-``source.pulsar`` and ``sink.pulsar``. Finally :class:`~pipelines.jobs.models.Job` validates
+Each profile section ``<kind>:`` (``pulsar: {service_url, client}``) then gives defaults
+to the job's ``source.<kind>`` and ``sink.<kind>``, key by key. Finally :class:`~pipelines.jobs.models.Job` validates
 the document.
 
 Every problem becomes one line of a :class:`~pipelines.errors.JobError`:

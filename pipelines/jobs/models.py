@@ -9,14 +9,17 @@ whose context carries a short human message and, where the problem belongs to a 
 below the one validated, the relative path of that key; :mod:`pipelines.jobs.config` turns
 these into ``file: key.path: message`` lines (:class:`~pipelines.errors.JobError`).
 
-The ``source.pulsar`` and ``sink.pulsar`` sections (and their ``client:``) are the option
-models of :mod:`pipelines.options` plus a few job keys, so a key, its type, default and
-checks are the ones the Spark data source uses. A validated job is frozen data plus what the
-runner needs: :meth:`Job.source_options` / :meth:`Job.sink_options` (the ``pulsarwire`` data
-source's option maps, written from the keys a job sets), :meth:`Job.backfill_options`,
-:meth:`Trigger.spark_kwargs`, :meth:`Job.transform_function`. Secrets (``auth_token``, Delta
-``storage_options``) are ``SecretStr``; the repr of every section masks them and any mapping
-value whose key looks secret (:func:`pipelines.masking.is_secret_key`).
+``source:`` and ``sink:`` each hold exactly one connector section, ``<kind>: {...}``: this
+module's section lists (:class:`BuiltinSources`, :class:`BuiltinSinks`, and a profile's
+``<kind>:`` defaults as :class:`Job` fields) and the docs are the only places that list the
+kinds; connectors installed as packages add theirs (:mod:`pipelines.connectors`). A section
+says what the job-level rules need to know of its kind (keeps positions, bounded, needs a
+checkpoint, its Delta tables) and opens its connector from :meth:`Job.context`. The Pulsar
+sections (and their ``client:``) are the option models of :mod:`pipelines.options` plus a few
+job keys, so a key, its type, default and checks are the ones the Spark data source uses.
+Secrets (``auth_token``, Delta ``storage_options``) are ``SecretStr``; the repr of every
+section masks them and any mapping value whose key looks secret
+(:func:`pipelines.masking.is_secret_key`).
 """
 
 from __future__ import annotations
