@@ -14,8 +14,8 @@ default when NAME is unset or empty), ``${key.path}`` (any key of the merged doc
 References resolve recursively, a reference that is the whole string keeps the type of
 its target (a number, a mapping), ``$${`` is a literal ``${``, and cycles are errors.
 Each profile section ``<kind>:`` (``pulsar: {service_url, client}``) then gives defaults
-to the job's ``source.<kind>`` and ``sink.<kind>``, key by key. Finally :class:`~pipelines.jobs.models.Job` validates
-the document.
+to the job's ``source.<kind>`` and ``sink.<kind>``, key by key. Finally
+:class:`~pipelines.jobs.models.Job` validates the document.
 
 Every problem becomes one line of a :class:`~pipelines.errors.JobError`:
 ``file: key.path: message``, where ``file`` is the layer the offending key came from

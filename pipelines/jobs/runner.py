@@ -366,7 +366,9 @@ def backfill(job: Job, start: Bound | None = None, end: Bound | None = None) -> 
         end = Bound.model_construct(kind="time", time_ms=int(time.time() * 1000))
     window = f"{bound_text(start)} .. {bound_text(end)}"
     with connectors(job) as (source, sink):
-        assert isinstance(source, BoundedSource) and isinstance(sink, MergeSink)
+        assert isinstance(source, BoundedSource), "the CLI refuses a backfill of a source without ranges"
+        if not isinstance(sink, MergeSink):
+            raise job.error("sink", f"a backfill merges into its sink, and {sink.describe()} cannot merge")
         first, last = source.bounds(start, end)
         todo = [tp for tp, e in last.items() if first.get(tp, Position.EARLIEST) < e and e.entry_id >= 0]
         if not todo:
