@@ -222,16 +222,16 @@ def _stream(job: Job, spark: Any, source: StreamSource, sink: Sink) -> int:
     check_output(sink, transform(job, spark, split[0] if split is not None else df))
 
     def body(raw: Any, batch_id: int) -> int:
-        corrupt, good = 0, raw
+        corrupt, good, batch = 0, raw, Batch(batch_id, query_id(checkpoint, spark))
         parts = source.split(raw)
         if parts is not None:
             good, bad = parts
-            corrupt = source.settle(bad, Batch(batch_id, query_id(checkpoint, spark)))
+            corrupt = source.settle(bad, batch)
         rows = transform(job, raw.sparkSession, good)  # the batch's own (cloned) session
         if eo is not None:
             commit_batch(rows, batch_id, eo)
         else:
-            sink.write(rows, Batch(batch_id, query_id(checkpoint, spark)))
+            sink.write(rows, batch)
         return corrupt
 
     progress.ends = lambda batch_id: batch_offsets(checkpoint, batch_id, spark)
