@@ -427,25 +427,22 @@ class PulsarSourceConnector(Opened):
         return SourceSettings.parse(self.section.batch_options(self.ctx.name, start, end), streaming=False)
 
     def read(self, spark: Any, start: Bound, end: Bound) -> Any:
-        options = self.section.batch_options(self.ctx.name, start, end)
-        if self._routes():
-            options["onCorruptMessage"] = "quarantine"
+        """The rows of ``(start, end]``; with ``quarantine`` the undecodable ones go to the
+        quarantine table first (``skip`` leaves them out in the source already)."""
         reader = spark.read.format("pulsarwire")
-        for key, value in options.items():
+        for key, value in self.section.batch_options(self.ctx.name, start, end).items():
             reader = reader.option(key, value)
         raw = reader.load()
-        if not self._routes():
+        table = self.section.quarantine_table
+        if table is None:
             return raw
-        raw = raw.cache()  # read once: split twice
-        good, bad = self.split(raw) or (raw, None)
-        key = hashlib.sha1(json.dumps([start.options(), end.options(end=True)]).encode()).hexdigest()[:16]
-        if self.section.quarantine_table is not None:
-            from pipelines.spark import quarantine
+        from pipelines.spark import quarantine
 
-            app_id = f"pipelines/{self.ctx.name}/backfill/{key}/quarantine"
-            quarantine.write_quarantine(
-                bad, 0, self.section.quarantine_table, app_id, self.ctx.name, self.ctx.storage_options
-            )
+        raw = raw.cache()  # read once: split twice
+        good, bad = quarantine.split(raw)
+        key = hashlib.sha1(json.dumps([start.options(), end.options(end=True)]).encode()).hexdigest()[:16]
+        app_id = f"pipelines/{self.ctx.name}/backfill/{key}/quarantine"
+        quarantine.write_quarantine(bad, 0, table, app_id, self.ctx.name, self.ctx.storage_options)
         return good
 
     def bounds(self, start: Bound, end: Bound) -> tuple[Offsets, Offsets]:
