@@ -20,6 +20,9 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any
 
+from pipelines.connectors.section import ConnectorSection
+from pipelines.errors import PipelinesError
+
 __all__ = ["GROUP", "plugin_sections"]
 
 #: the entry-point group of installed connectors
@@ -27,10 +30,26 @@ GROUP = "pipelines.connectors"
 
 
 def plugin_sections(side: str) -> dict[str, Any]:
-    """kind → section model of the connectors installed for ``side`` (``source`` or ``sink``)."""
+    """kind → section model of the connectors installed for ``side`` (``source`` or ``sink``).
+
+    Raises PipelinesError naming the entry point when one cannot be loaded or is not a section.
+    """
     found: dict[str, Any] = {}
     for ep in entry_points(group=GROUP):
         where, _, kind = ep.name.partition(".")
-        if where == side and kind:
-            found[kind] = ep.load()
+        if where != side or not kind:
+            continue
+        try:
+            model = ep.load()
+        except Exception as exc:
+            raise PipelinesError(
+                f"the installed connector {ep.name} = {ep.value} cannot be loaded: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if not (isinstance(model, type) and issubclass(model, ConnectorSection)):
+            raise PipelinesError(
+                f"the installed connector {ep.name} = {ep.value} is not a "
+                "pipelines.connectors.section.ConnectorSection"
+            )
+        found[kind] = model
     return found

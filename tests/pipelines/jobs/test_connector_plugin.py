@@ -101,3 +101,19 @@ def test_a_connector_from_a_package_runs_the_whole_job_cycle(tmp_path: Path) -> 
     assert ran.code == 0, ran.err
     (line,) = [x for x in ran.out_lines if x.strip().startswith("mem-partition-0")]
     assert re.match(r"\s+mem-partition-0  0:24:-1  batch \d+  at .+  end 0:24:-1  backlog 0 messages$", line)
+
+
+def test_an_installed_connector_that_cannot_be_loaded_is_one_line(tmp_path: Path) -> None:
+    info = tmp_path / "broken-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pipelines.connectors]\nsource.broken = no_such_module:Section\n")
+    ran = pipelines("validate", "jobs/orders_ingest.yaml", PYTHONPATH=f"{ROOT}:{tmp_path}")
+    assert (ran.code, ran.out, ran.err_lines) == (
+        1,
+        "",
+        [
+            "error: the installed connector source.broken = no_such_module:Section cannot be loaded: "
+            "ModuleNotFoundError: No module named 'no_such_module'"
+        ],
+    )
