@@ -2,7 +2,8 @@
 
 The runner, preflight, the exactly-once commit and the offset store talk to a job's source and
 sink only through these protocols; they never ask which kind they hold. A connector is built
-by its job-file section (``source.<kind>`` / ``sink.<kind>``: :meth:`Section.open`) from a
+by its job-file section (``source.<kind>`` / ``sink.<kind>``:
+:meth:`~pipelines.connectors.section.ConnectorSection.open`) from a
 small :class:`JobContext`, never from the whole job.
 
 Positions: a source says where it is with :class:`~pipelines.state.positions.Offsets`
