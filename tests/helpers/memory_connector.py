@@ -282,8 +282,9 @@ class MemoryConnector(Opened):
 
 # -- a job's whole cycle through the command, in one process with one Spark session ----------------
 def cycle(job: str, checkpoint: Path, data: Path) -> None:
-    """``pipelines run`` (a processing-time stream, Ctrl-C once its first batch committed), run
-    again, more data and a lost checkpoint, then ``backfill``: each step's output framed by
+    """``pipelines run --dry-run``, ``run`` (a processing-time stream, Ctrl-C once its first batch
+    committed), run again, more data and a lost checkpoint, ``backfill``, ``offsets show``: each
+    step's output framed by
     ``== <step>`` and ``== exit <code>`` lines. The commands join this process's SparkSession, as
     they join a notebook's."""
     import os
@@ -309,12 +310,14 @@ def cycle(job: str, checkpoint: Path, data: Path) -> None:
         print(f"== exit {main(list(args))}", flush=True)
 
     threading.Thread(target=interrupt, daemon=True).start()
+    step("dry run", "run", job, "--dry-run")
     step("run", "run", job)
     step("rerun", "run", job, "--set", "trigger=availableNow")
     append(data, [f"m{i}" for i in range(20, 25)])
     shutil.rmtree(checkpoint)
     step("no checkpoint", "run", job, "--set", "trigger=availableNow")
     step("backfill", "backfill", job)
+    step("offsets show", "offsets", "show", job)
     spark.stop()
 
 

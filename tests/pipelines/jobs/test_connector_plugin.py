@@ -5,9 +5,9 @@ installed as a package would install it — an entry point of the group ``pipeli
 and nothing in the runner, preflight, config or state modules knows it. Its job streams into
 Delta exactly once through the ``pipelines`` command: a processing-time run stopped by Ctrl-C
 after its first batch, a rerun, a rerun without checkpoint after more data arrived (recovery
-from the offset store), a backfill that finds everything there, ``offsets show``. The steps that
-run Spark share one process and one session (cost); the others are each a ``pipelines``
-process.
+from the offset store), a backfill that finds everything there, ``offsets show``. Those steps
+share one process and one Spark session (cost); ``validate`` is a ``pipelines`` process of its
+own.
 """
 
 from __future__ import annotations
@@ -60,13 +60,8 @@ def test_a_connector_from_a_package_runs_the_whole_job_cycle(tmp_path: Path) -> 
     assert (ran.code, ran.out_lines) == (0, [f"ok  {job}"]), ran.err
     with pytest.raises(JobError) as info:  # not installed here: the section is unknown
         load_job(job, "local", conf_dir=ROOT / "conf")
-    assert info.value.problems[0].startswith(
-        f"{job}: source.memory: unknown key (expected one of: pulsar, delta"
-    )
-    ran = pipelines("run", str(job), "--dry-run", PYTHONPATH=path)
-    assert ran.code == 0, ran.err
-    assert "mem-partition-0: from after offset -1 (offsets); last offset 19" in ran.out_lines
-
+    (problem,) = info.value.problems
+    assert problem.startswith(f"{job}: source.memory: unknown key (expected one of: pulsar, delta")
     proc = subprocess.run(
         [sys.executable, "-m", "tests.helpers.memory_connector", str(job), str(tmp_path / "ck"), str(data)],
         cwd=ROOT,
@@ -77,6 +72,8 @@ def test_a_connector_from_a_package_runs_the_whole_job_cycle(tmp_path: Path) -> 
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = steps(proc.stdout)
+    text, code = done["dry run"]
+    assert code == 0 and "mem-partition-0: from after offset -1 (offsets); last offset 19" in text, text
     text, code = done["run"]
     assert code == 130, proc.stdout + proc.stderr[-3000:]
     assert "[mem_ingest] batch 0: 5 rows" in text, text
@@ -97,9 +94,9 @@ def test_a_connector_from_a_package_runs_the_whole_job_cycle(tmp_path: Path) -> 
     released = json.loads((data / "released.json").read_text())
     assert released[-1] == ["release", {"mem-partition-0": "0:24:-1"}]
 
-    ran = pipelines("offsets", "show", str(job), PYTHONPATH=path)
-    assert ran.code == 0, ran.err
-    (line,) = [x for x in ran.out_lines if x.strip().startswith("mem-partition-0")]
+    text, code = done["offsets show"]
+    assert code == 0, text
+    (line,) = [x for x in text.splitlines() if x.strip().startswith("mem-partition-0")]
     assert re.match(r"\s+mem-partition-0  0:24:-1  batch \d+  at .+  end 0:24:-1  backlog 0 messages$", line)
 
 
