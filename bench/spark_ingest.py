@@ -275,7 +275,7 @@ class Bench:
         return self.work / f"{self.n}-{what}"
 
     def pulsar(self, topic: str, rows: int, sink: str) -> Run:
-        from pipelines.state.exactly_once import ExactlyOnceJob, close_clients, write_delta_exactly_once
+        from pipelines.connectors.pulsar_delta import ExactlyOnceJob, close_clients, write_delta_exactly_once
 
         here = self._dir(f"pulsar-{sink}")
         source = {"service.url": self.url, "topic": topic, "subscriptionName": f"bench-{here.name}"}

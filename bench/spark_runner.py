@@ -35,10 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # jobs.demo
 
 from jobs.demo import produce  # noqa: E402
+from pipelines.connectors.pulsar_delta import ExactlyOnceJob, write_delta_exactly_once  # noqa: E402
 from pipelines.jobs import runner  # noqa: E402
 from pipelines.jobs.config import load_job  # noqa: E402
 from pipelines.jobs.testing import run_job  # noqa: E402
-from pipelines.state.exactly_once import ExactlyOnceJob, write_delta_exactly_once  # noqa: E402
 
 JOB = "jobs/orders_ingest.yaml"
 

@@ -42,7 +42,7 @@ from pipelines.jobs import preflight, stopping
 from pipelines.jobs.config import display_path, dump_yaml, find_jobs, load_job, redacted
 from pipelines.jobs.idle import nothing_to_read
 from pipelines.jobs.lock import job_lock
-from pipelines.jobs.models import Job
+from pipelines.jobs.models import Job, source_kinds
 from pipelines.masking import mask
 from pipelines.options.bound import Bound, BoundError, parse_bound
 from pulsarwire import __version__
@@ -256,10 +256,11 @@ def _run(args: argparse.Namespace) -> Any:
 
 def _backfill(args: argparse.Namespace) -> Any:
     job = _load(args)
-    if job.source.pulsar is None:
-        raise job.error("source", "backfill reads a pulsar source; this job reads delta")
-    if args.start is None and job.backfill is None:
-        raise job.error("backfill", "no range: give --from (and --to) or a backfill section")
+    if not job.source.section.BOUNDED:
+        raise job.error(
+            "source", f"backfill reads a {source_kinds('BOUNDED')} source; this job reads {job.source.kind}"
+        )
+    job.backfill_window(args.start, args.end)  # no range: one line before anything starts
     with stopping.installed(f"{job.name} backfill") as stop:
         preflight.check(job, "backfill")
         code = _runner().backfill(job, args.start, args.end)

@@ -3,7 +3,8 @@
 :func:`load_job` reads three layers and deep-merges them in this order (mappings merge
 key by key, anything else — lists, scalars, null — replaces):
 
-1. the profile ``<conf_dir>/<env>.yaml`` (only ``vars``, ``pulsar``, ``spark``);
+1. the profile ``<conf_dir>/<env>.yaml`` (only ``vars``, a connector's defaults such as
+   ``pulsar``, and ``spark``: :data:`PROFILE_KEYS`);
 2. the job file;
 3. ``--set key.path=value`` overrides (values are YAML: ``8``, ``true``, ``[a, b]``).
 
@@ -12,9 +13,9 @@ default when NAME is unset or empty), ``${key.path}`` (any key of the merged doc
 ``vars.*`` included; ``[0]`` indexes lists, ``["a.b"]`` quotes keys with dots).
 References resolve recursively, a reference that is the whole string keeps the type of
 its target (a number, a mapping), ``$${`` is a literal ``${``, and cycles are errors.
-The profile's ``pulsar.service_url`` and ``pulsar.client`` then become the defaults of
-``source.pulsar`` and ``sink.pulsar``. Finally :class:`~pipelines.jobs.models.Job` validates
-the document.
+Each profile section ``<kind>:`` (``pulsar: {service_url, client}``) then gives defaults
+to the job's ``source.<kind>`` and ``sink.<kind>``, key by key. Finally
+:class:`~pipelines.jobs.models.Job` validates the document.
 
 Every problem becomes one line of a :class:`~pipelines.errors.JobError`:
 ``file: key.path: message``, where ``file`` is the layer the offending key came from
@@ -43,7 +44,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipelines.errors import JobError
-from pipelines.jobs.models import UNION_TAGS, Job, Transform
+from pipelines.jobs.models import PROFILE_KINDS, UNION_TAGS, Job, Transform
 from pipelines.jobs.sql import sql_problems
 from pipelines.masking import is_secret_key, mask, mask_data, remember, secret_values
 from pipelines.options.bound import format_path
@@ -63,7 +64,9 @@ __all__ = [
 ]
 
 #: the top-level keys a profile may set
-PROFILE_KEYS = ("vars", "pulsar", "spark")
+PROFILE_KEYS = ("vars", *PROFILE_KINDS, "spark")
+#: the same as words: ``vars, pulsar and spark``
+_PROFILE_WORDS = f"{', '.join(PROFILE_KEYS[:-1])} and {PROFILE_KEYS[-1]}"
 OVERRIDE_LABEL = "--set"
 
 
@@ -515,39 +518,45 @@ def _split(text: str) -> list[str | _Expr]:
     return parts
 
 
-def _pulsar_defaults(data: dict[Any, Any], doc: _Doc, via: dict[Loc, tuple[str, ...]] | None = None) -> None:
-    """The profile's ``pulsar.service_url``/``pulsar.client`` as defaults of source/sink ``pulsar``."""
-    defaults = data.get("pulsar")
-    if not isinstance(defaults, dict):
-        return
-    for side in ("source", "sink"):
-        section = data.get(side)
-        node = section.get("pulsar") if isinstance(section, dict) else None
-        if not isinstance(node, dict):
+def _profile_defaults(data: dict[Any, Any], doc: _Doc, via: dict[Loc, tuple[str, ...]] | None = None) -> None:
+    """Each profile section ``<kind>:`` (:data:`PROFILE_KINDS`) as defaults of the job's
+    ``source.<kind>`` and ``sink.<kind>``: a key the section lacks is taken, and a mapping it has
+    (``client:``) takes the keys it lacks."""
+    for kind in PROFILE_KINDS:
+        defaults = data.get(kind)
+        if not isinstance(defaults, dict):
             continue
-        base: Loc = (side, "pulsar")
-        if "service_url" not in node and defaults.get("service_url") is not None:
-            node["service_url"] = defaults["service_url"]
-            doc.origins[(*base, "service_url")] = doc.label(("pulsar", "service_url"))
-            if via is not None:
-                here = ("pulsar", "service_url")
-                via[(*base, "service_url")] = (
-                    f"pulsar.service_url ({doc.label(here)})",
-                    *via.get(here, ()),
-                )
-        client = defaults.get("client")
-        if not isinstance(client, dict) or not client:
-            continue
-        own = node.get("client")
-        if own is None:
-            own = node["client"] = {}
-            doc.origins[(*base, "client")] = doc.label(("pulsar", "client"))
-        if not isinstance(own, dict):
-            continue
-        for k, v in client.items():
-            if k not in own:
-                own[k] = copy.deepcopy(v)
-                doc.origins[(*base, "client", k)] = doc.label(("pulsar", "client", k))
+        for side in ("source", "sink"):
+            section = data.get(side)
+            node = section.get(kind) if isinstance(section, dict) else None
+            if isinstance(node, dict):
+                _defaults(node, defaults, (side, kind), (kind,), doc, via)
+
+
+def _defaults(
+    node: dict[Any, Any],
+    defaults: dict[Any, Any],
+    at: Loc,
+    came: Loc,
+    doc: _Doc,
+    via: dict[Loc, tuple[str, ...]] | None,
+    depth: int = 0,
+) -> None:
+    for key, value in defaults.items():
+        here, there = (*at, key), (*came, key)
+        if isinstance(value, dict) and depth == 0:
+            if not value:
+                continue
+            if node.get(key) is None:
+                node[key] = {}
+                doc.origins[here] = doc.label(there)
+            if isinstance(node[key], dict):
+                _defaults(node[key], value, here, there, doc, via, 1)
+        elif key not in node and (value is not None or depth):
+            node[key] = copy.deepcopy(value)
+            doc.origins[here] = doc.label(there)
+            if via is not None and depth == 0:
+                via[here] = (f"{format_path(there)} ({doc.label(there)})", *via.get(there, ()))
 
 
 # -- validation errors ----------------------------------------------------------------------
@@ -701,7 +710,7 @@ def _profile_path(env: str, conf_dir: Path) -> Path:
     if not conf_dir.is_dir():
         raise JobError(
             f"--env: no profile {env!r}: there is no {display_path(conf_dir)} directory (the profiles); "
-            f"create {display_path(path)} with vars, pulsar and spark (docs/jobs.md: Profiles and merge "
+            f"create {display_path(path)} with {_PROFILE_WORDS} (docs/jobs.md: Profiles and merge "
             "order), run from the project's directory or set PIPELINES_PROJECT_DIR, or give --conf-dir"
         )
     if not path.exists():
@@ -749,15 +758,12 @@ def load_job(
             profile = {}
         if not isinstance(profile, dict):
             raise JobError(
-                f"{profile_label}: expected a mapping (vars, pulsar, spark), got {kind_of(profile)}"
+                f"{profile_label}: expected a mapping ({', '.join(PROFILE_KEYS)}), got {kind_of(profile)}"
             )
         bad = [k for k in profile if k not in PROFILE_KEYS]
         if bad:
             raise JobError(
-                [
-                    f"{profile_label}: {k}: not a profile key (a profile sets vars, pulsar and spark)"
-                    for k in bad
-                ]
+                [f"{profile_label}: {k}: not a profile key (a profile sets {_PROFILE_WORDS})" for k in bad]
             )
         doc.merge(profile, profile_label)
 
@@ -780,7 +786,7 @@ def load_job(
     secrets = secret_values(resolved) | interp.env_secrets
     if interp.problems:
         raise JobError(_scrub(interp.problems, secrets))
-    _pulsar_defaults(resolved, doc, interp.via)
+    _profile_defaults(resolved, doc, interp.via)
 
     try:
         job = Job.model_validate(resolved)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from pipelines.errors import JobError
 from pipelines.jobs.models import Job
-from pipelines.jobs.preflight import local_path
+from pipelines.state.checkpoint import local_path
 
 __all__ = ["JobLocked", "checkpoint_of", "job_lock", "lock_path"]
 

@@ -9,14 +9,17 @@ whose context carries a short human message and, where the problem belongs to a 
 below the one validated, the relative path of that key; :mod:`pipelines.jobs.config` turns
 these into ``file: key.path: message`` lines (:class:`~pipelines.errors.JobError`).
 
-The ``source.pulsar`` and ``sink.pulsar`` sections (and their ``client:``) are the option
-models of :mod:`pipelines.options` plus a few job keys, so a key, its type, default and
-checks are the ones the Spark data source uses. A validated job is frozen data plus what the
-runner needs: :meth:`Job.source_options` / :meth:`Job.sink_options` (the ``pulsarwire`` data
-source's option maps, written from the keys a job sets), :meth:`Job.backfill_options`,
-:meth:`Trigger.spark_kwargs`, :meth:`Job.transform_function`. Secrets (``auth_token``, Delta
-``storage_options``) are ``SecretStr``; the repr of every section masks them and any mapping
-value whose key looks secret (:func:`pipelines.masking.is_secret_key`).
+``source:`` and ``sink:`` each hold exactly one connector section, ``<kind>: {...}``: this
+module's section lists (:class:`BuiltinSources`, :class:`BuiltinSinks`, and a profile's
+``<kind>:`` defaults as :class:`Job` fields) and the docs are the only places that list the
+kinds; connectors installed as packages add theirs (:mod:`pipelines.connectors`). A section
+says what the job-level rules need to know of its kind (keeps positions, bounded, needs a
+checkpoint, its Delta tables) and opens its connector from :meth:`Job.context`. The Pulsar
+sections (and their ``client:``) are the option models of :mod:`pipelines.options` plus a few
+job keys, so a key, its type, default and checks are the ones the Spark data source uses.
+Secrets (``auth_token``, Delta ``storage_options``) are ``SecretStr``; the repr of every
+section masks them and any mapping value whose key looks secret
+(:func:`pipelines.masking.is_secret_key`).
 """
 
 from __future__ import annotations
@@ -25,28 +28,31 @@ import importlib
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Discriminator,
     Field,
     PrivateAttr,
     SecretStr,
     Tag,
+    create_model,
     model_serializer,
     model_validator,
 )
 
+from pipelines.connectors import plugin_sections
+from pipelines.connectors.base import JobContext
+from pipelines.connectors.section import ConnectorSection, ProfileSection, Section
 from pipelines.errors import JobError
-from pipelines.masking import mask, mask_data
+from pipelines.masking import mask
 from pipelines.options.auth import CLASS_OF
-from pipelines.options.bound import Bound
+from pipelines.options.bound import Bound, end_problem
 from pipelines.options.client import CLIENT_PREFIX, ClientFields, ServiceUrl
 from pipelines.options.grammar import GrammarError, duration_ms, kind_of, show
 from pipelines.options.model import Loc, NonNegInt, PosInt, Text, option, problem, problems
@@ -119,21 +125,6 @@ ConfValue = Annotated[str, BeforeValidator(_scalar_text)]
 
 
 # -- positions and bounds -------------------------------------------------------------------
-
-
-class Section(BaseModel):
-    """Base of every job section: unknown keys are errors, secrets never reach a repr."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        coerce_numbers_to_str=True,
-        hide_input_in_errors=True,
-    )
-
-    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
-        for name, value in super().__repr_args__():
-            yield name, mask_data(value, key=name)
 
 
 # -- client and connection ------------------------------------------------------------------
@@ -209,7 +200,7 @@ class ClientConfig(Section, ClientFields):
         return out
 
 
-class PulsarDefaults(Section):
+class PulsarDefaults(ProfileSection):
     """The profile's ``pulsar:`` section: defaults for every Pulsar source and sink of a job."""
 
     service_url: ServiceUrl | None = None
@@ -219,12 +210,15 @@ class PulsarDefaults(Section):
 # -- sources ------------------------------------------------------------------------------
 
 
-class PulsarSource(Section, SourceFields):
+class PulsarSource(ConnectorSection, SourceFields):
     """``source.pulsar`` — a stream over Pulsar topics (the ``pulsarwire`` data source).
 
     The keys are the source options (:class:`~pipelines.options.source.SourceFields`), plus
     ``quarantine_table`` and ``client``.
     """
+
+    KEEPS_POSITIONS = True
+    BOUNDED = True
 
     #: a message that cannot be decoded goes there with on_corrupt_message: quarantine
     quarantine_table: Text | None = None
@@ -245,18 +239,70 @@ class PulsarSource(Section, SourceFields):
             raise problems(found)
         return self
 
+    def subscription_of(self, job: str) -> str:
+        """The durable subscription of the job's stream (default: the job name)."""
+        return self.subscription or job
 
-class DeltaSource(Section):
-    """``source.delta`` — a stream over a Delta table (publish jobs: Delta → Pulsar)."""
+    def stream_options(self, job: str) -> dict[str, str]:
+        """The ``pulsarwire`` source options (streaming; secrets in clear). ``offsetStore``/``job``
+        are the connector's to add."""
+        opts = self.spark_options()
+        opts["subscriptionName"] = self.subscription_of(job)
+        return opts
+
+    def batch_options(self, job: str, start: Bound, end: Bound) -> dict[str, str]:
+        """Options of a bounded batch read of ``(start, end]``: the streaming-only options
+        (admission control, subscription, starting position) left out."""
+        opts = self.stream_options(job)
+        for key in (
+            "maxMessagesPerTrigger",
+            "maxBytesPerTrigger",
+            "minMessagesPerTrigger",
+            "maxTriggerDelay",
+            "subscriptionName",
+            "startingOffsets",
+            "startingTime",
+            "waitForTopic",
+        ):
+            opts.pop(key, None)
+        opts.update(start.options())
+        opts.update(end.options(end=True))
+        return opts
+
+    def error_keys(self) -> dict[str, str]:
+        return {
+            "MissingTopicError": "source.pulsar.topic",
+            "DataLossError": "source.pulsar.fail_on_data_loss",
+        }
+
+    def describe(self) -> str:
+        return f"pulsar {self.topic or ','.join(self.topics or []) or f'/{self.topics_pattern}/'}"
+
+    def tables(self) -> list[tuple[str, str, bool]]:
+        return [] if self.quarantine_table is None else [("quarantine_table", self.quarantine_table, True)]
+
+    def open(self, ctx: JobContext) -> Any:
+        from pipelines.connectors.pulsar import PulsarSourceConnector
+
+        return PulsarSourceConnector(self, ctx)
+
+
+class DeltaSource(ConnectorSection):
+    """``source.delta`` — a Delta table's appended versions (publish jobs: Delta → Pulsar)."""
 
     path: Text
     starting_version: NonNegInt | None = None
 
-    def read_options(self) -> dict[str, str]:
-        """Options of Spark's Delta stream reader (``startingVersion``)."""
-        if self.starting_version is None:
-            return {}
-        return {"startingVersion": str(self.starting_version)}
+    def describe(self) -> str:
+        return f"delta {self.path}"
+
+    def tables(self) -> list[tuple[str, str, bool]]:
+        return [("path", self.path, False)]
+
+    def open(self, ctx: JobContext) -> Any:
+        from pipelines.connectors.delta import DeltaSourceConnector
+
+        return DeltaSourceConnector(self, ctx)
 
 
 def _exactly_one(model: BaseModel, names: tuple[str, ...]) -> None:
@@ -266,20 +312,53 @@ def _exactly_one(model: BaseModel, names: tuple[str, ...]) -> None:
         raise problem(f"give exactly one of {', '.join(names)}{got}")
 
 
-class Source(Section):
-    """``source:`` — exactly one of ``pulsar`` and ``delta``."""
-
-    pulsar: PulsarSource | None = None
-    delta: DeltaSource | None = None
+class Sections(Section):
+    """``source:`` or ``sink:`` — exactly one connector section, ``<kind>: {...}``."""
 
     @model_validator(mode="after")
-    def _check(self) -> Source:
-        _exactly_one(self, ("pulsar", "delta"))
+    def _check(self) -> Sections:
+        _exactly_one(self, tuple(type(self).model_fields))
         return self
 
     @property
     def kind(self) -> str:
-        return "pulsar" if self.pulsar is not None else "delta"
+        """The kind of the section that is set (``pulsar``)."""
+        return next(n for n in type(self).model_fields if getattr(self, n) is not None)
+
+    @property
+    def section(self) -> ConnectorSection:
+        """The section that is set."""
+        return cast(ConnectorSection, getattr(self, self.kind))
+
+
+S = TypeVar("S", bound=Section)
+
+
+def _with_plugins(base: type[S], side: str) -> type[S]:
+    """``base`` with a field per connector section installed for ``side`` (entry points of
+    :mod:`pipelines.connectors`); ``base`` itself when there is none."""
+    extra = plugin_sections(side)
+    if not extra:
+        return base
+    fields: dict[str, Any] = {kind: (model | None, None) for kind, model in extra.items()}
+    return cast(type[S], create_model(base.__name__, __base__=base, __module__=base.__module__, **fields))
+
+
+def _model(field: Any) -> type[ConnectorSection]:
+    """The section model of an optional ``<kind>:`` field."""
+    return cast(type[ConnectorSection], next(a for a in get_args(field.annotation) if a is not type(None)))
+
+
+def source_kinds(flag: str) -> str:
+    """The source kinds whose section has ``flag`` (``BOUNDED``): ``pulsar`` or ``pulsar or x``."""
+    return " or ".join(k for k, f in Source.model_fields.items() if getattr(_model(f), flag))
+
+
+class BuiltinSources(Sections):
+    """``source:`` — exactly one of ``pulsar`` and ``delta`` (and installed connectors' kinds)."""
+
+    pulsar: PulsarSource | None = None
+    delta: DeltaSource | None = None
 
 
 # -- transform ----------------------------------------------------------------------------
@@ -340,8 +419,10 @@ def import_function(spec: str, roots: tuple[Path, ...] = ()) -> Callable[..., An
 # -- sinks ----------------------------------------------------------------------------------
 
 
-class DeltaSink(Section):
+class DeltaSink(ConnectorSection):
     """``sink.delta`` — append or merge each micro-batch into a Delta table, exactly once."""
+
+    KEEPS_POSITIONS = True
 
     path: Text
     mode: Literal["append", "merge"] = "append"
@@ -359,8 +440,19 @@ class DeltaSink(Section):
             raise problem("only with mode: merge", "merge_keys")
         return self
 
+    def describe(self) -> str:
+        return f"delta {self.path} ({self.mode})"
 
-class PulsarSink(Section, SinkFields):
+    def tables(self) -> list[tuple[str, str, bool]]:
+        return [("path", self.path, True)]
+
+    def open(self, ctx: JobContext) -> Any:
+        from pipelines.connectors.delta import DeltaSinkConnector
+
+        return DeltaSinkConnector(self, ctx)
+
+
+class PulsarSink(ConnectorSection, SinkFields):
     """``sink.pulsar`` — publish each row (``value``, optional ``key``/``properties``/...).
 
     The keys are the sink options (:class:`~pipelines.options.sink.SinkFields`), plus
@@ -378,29 +470,55 @@ class PulsarSink(Section, SinkFields):
             raise problem("only with exactly_once: true", "producer_name_prefix")
         return self
 
+    def write_options(self, job: str) -> dict[str, str]:
+        """The ``pulsarwire`` sink options (secrets in clear). ``producerNamePrefix`` is the job
+        name unless set (exactly once); ``batchId`` is the runner's."""
+        opts = self.spark_options()
+        opts.pop("producerNamePrefix", None)
+        if self.exactly_once:
+            opts["producerNamePrefix"] = self.producer_name_prefix or job
+        return opts
 
-class ConsoleSink(Section):
+    def describe(self) -> str:
+        return f"pulsar {self.topic or '(topic column)'}"
+
+    def open(self, ctx: JobContext) -> Any:
+        from pipelines.connectors.pulsar import PulsarSinkConnector
+
+        return PulsarSinkConnector(self, ctx)
+
+
+class ConsoleSink(ConnectorSection):
     """``sink.console`` — print each micro-batch (trying a job out)."""
+
+    NEEDS_CHECKPOINT = False
 
     rows: PosInt = 20
     truncate: bool = True
 
+    def describe(self) -> str:
+        return "console"
 
-class Sink(Section):
-    """``sink:`` — exactly one of ``delta``, ``pulsar`` and ``console``."""
+    def open(self, ctx: JobContext) -> Any:
+        from pipelines.connectors.console import ConsoleSinkConnector
+
+        return ConsoleSinkConnector(self, ctx)
+
+
+class BuiltinSinks(Sections):
+    """``sink:`` — exactly one of ``delta``, ``pulsar`` and ``console`` (and installed connectors')."""
 
     delta: DeltaSink | None = None
     pulsar: PulsarSink | None = None
     console: ConsoleSink | None = None
 
-    @model_validator(mode="after")
-    def _check(self) -> Sink:
-        _exactly_one(self, ("delta", "pulsar", "console"))
-        return self
 
-    @property
-    def kind(self) -> str:
-        return "delta" if self.delta is not None else "pulsar" if self.pulsar is not None else "console"
+if TYPE_CHECKING:
+    Source = BuiltinSources
+    Sink = BuiltinSinks
+else:
+    Source = _with_plugins(BuiltinSources, "source")
+    Sink = _with_plugins(BuiltinSinks, "sink")
 
 
 # -- trigger, spark, backfill ---------------------------------------------------------------
@@ -486,8 +604,8 @@ class Backfill(Section):
 
     @model_validator(mode="after")
     def _check(self) -> Backfill:
-        if self.end is not None and self.end.kind == "earliest":
-            raise problem("earliest is not a valid end", "to")
+        if self.end is not None and (why := end_problem(self.end)):
+            raise problem(why, "to")
         if (
             self.end is not None
             and self.start.kind == "time"
@@ -531,32 +649,26 @@ class Job(Section):
     @model_validator(mode="after")
     def _check(self) -> Job:
         found: list[tuple[Loc, str]] = []
-        pulsar_in, delta_out = self.source.pulsar is not None, self.sink.delta is not None
-        if self.checkpoint is None and self.sink.console is None:
+        source, sink = self.source.section, self.sink.section
+        if self.checkpoint is None and sink.NEEDS_CHECKPOINT:
             found.append(
                 (("checkpoint",), "required (the directory where Spark records the stream's progress)")
             )
-        if self.offsets is None and pulsar_in and delta_out:
+        if self.offsets is None and source.KEEPS_POSITIONS and sink.KEEPS_POSITIONS:
             found.append(
                 (
                     ("offsets",),
-                    "required when the source is pulsar and the sink is delta (the offset store table)",
+                    f"required when the source is {self.source.kind} and the sink is {self.sink.kind} "
+                    "(the offset store table)",
                 )
             )
-        if self.offsets is not None and not pulsar_in:
-            found.append((("offsets",), "only for a pulsar source"))
-        if self.backfill is not None and not pulsar_in:
-            found.append((("backfill",), "only for a pulsar source"))
+        for key, which in (("offsets", "KEEPS_POSITIONS"), ("backfill", "BOUNDED")):
+            if getattr(self, key) is not None and not getattr(source, which):
+                found.append(((key,), f"only for a {source_kinds(which)} source"))
         if self.spark.delta_engine == "deltalake":
-            for where, target in (
-                (("source", "delta", "path"), self.source.delta.path if self.source.delta else None),
-                (
-                    ("source", "pulsar", "quarantine_table"),
-                    self.source.pulsar.quarantine_table if self.source.pulsar else None,
-                ),
-                (("sink", "delta", "path"), self.sink.delta.path if self.sink.delta else None),
-                (("offsets",), self.offsets),
-            ):
+            tables = [(("source", self.source.kind, key), path) for key, path, _ in source.tables()]
+            tables += [(("sink", self.sink.kind, key), path) for key, path, _ in sink.tables()]
+            for where, target in [*tables, (("offsets",), self.offsets)]:
                 if target is not None and is_table_name(target):
                     found.append(
                         (
@@ -610,12 +722,6 @@ class Job(Section):
     # -- what the runner needs -----------------------------------------------------------------
 
     @property
-    def subscription(self) -> str:
-        """The durable subscription of a Pulsar source (default: the job name)."""
-        src = self.source.pulsar
-        return src.subscription if src is not None and src.subscription else self.name
-
-    @property
     def app_name(self) -> str:
         return self.spark.app_name or f"pipelines-{self.name}"
 
@@ -624,63 +730,54 @@ class Job(Section):
         opts = {k: v.get_secret_value() for k, v in self.spark.storage_options.items()}
         return opts or None
 
-    def source_options(self) -> dict[str, str]:
-        """The ``pulsarwire`` source options of ``source.pulsar`` (streaming; secrets in clear).
+    def context(self) -> JobContext:
+        """What the job's connectors know of it (:class:`~pipelines.connectors.base.JobContext`)."""
+        return JobContext(
+            name=self.name,
+            file=self._source_file,
+            checkpoint=self.checkpoint,
+            offsets=self.offsets,
+            storage_options=self.storage_options(),
+            origins={k: " ← ".join(v) for k, v in self._via.items()},
+        )
 
-        ``offsetStore``/``job`` are not included: the runner adds them
-        (``ExactlyOnceJob.stream_options``). Raises JobError when the source is not Pulsar.
-        """
-        src = self.source.pulsar
-        if src is None:
-            raise self.error("source", f"is {self.source.kind}, not pulsar")
-        opts = src.spark_options()
-        opts["subscriptionName"] = self.subscription
-        return opts
+    def delta_tables(self) -> list[tuple[str, str, bool]]:
+        """Every Delta table the job reads or writes: (key, path, written); the offset store too."""
+        out = [(f"source.{self.source.kind}.{k}", p, w) for k, p, w in self.source.section.tables()]
+        out += [(f"sink.{self.sink.kind}.{k}", p, w) for k, p, w in self.sink.section.tables()]
+        return out + ([("offsets", self.offsets, True)] if self.offsets is not None else [])
 
-    def backfill_options(self, start: Bound | None = None, end: Bound | None = None) -> dict[str, str]:
-        """Options of a bounded batch read (``spark.read``) for ``pipelines backfill``.
-
-        ``start``/``end`` (from ``--from``/``--to``) override the ``backfill`` section; the end
-        defaults to latest. The streaming-only options (admission control, subscription,
-        starting position) are left out. Raises JobError without a start.
-        """
-        opts = self.source_options()
-        for key in (
-            "maxMessagesPerTrigger",
-            "maxBytesPerTrigger",
-            "minMessagesPerTrigger",
-            "maxTriggerDelay",
-            "subscriptionName",
-            "startingOffsets",
-            "startingTime",
-            "waitForTopic",
-        ):
-            opts.pop(key, None)
-        section = self.backfill
-        start = start or (section.start if section else None)
-        end = end or (section.end if section else None)
+    def backfill_window(self, start: Bound | None = None, end: Bound | None = None) -> tuple[Bound, Bound]:
+        """The range of ``pipelines backfill``: ``start``/``end`` (``--from``/``--to``) over the
+        ``backfill`` section; the end defaults to latest, a time start's latest end to now. Raises
+        JobError without a start (the one place of this rule)."""
+        start = start or (self.backfill.start if self.backfill else None)
+        end = end or (self.backfill.end if self.backfill else None)
         if start is None:
             raise self.error("backfill", "no range: give --from (and --to) or a backfill section")
-        if end is not None and end.kind == "earliest":
-            raise self.error("backfill.to", "earliest is not a valid end")
-        opts.update(start.options())
-        opts.update((end or Bound.model_construct(kind="latest")).options(end=True))
-        return opts
+        if end is not None and (why := end_problem(end)):
+            raise self.error("backfill.to", why)
+        return start, end or Bound.model_construct(kind="latest")
+
+    def _pulsarwire(self, side: str, section: Any, method: str) -> Any:
+        if not hasattr(section, method):
+            raise self.error(side, f"is {getattr(self, side).kind}, not pulsar")
+        return getattr(section, method)
+
+    def source_options(self) -> dict[str, str]:
+        """The ``pulsarwire`` data source's options of the source section (streaming; secrets
+        in clear). Raises JobError for a source that is not read with it."""
+        return dict(self._pulsarwire("source", self.source.section, "stream_options")(self.name))
+
+    def backfill_options(self, start: Bound | None = None, end: Bound | None = None) -> dict[str, str]:
+        """Options of the bounded batch read of :meth:`backfill_window` (``spark.read``)."""
+        read = self._pulsarwire("source", self.source.section, "batch_options")
+        return dict(read(self.name, *self.backfill_window(start, end)))
 
     def sink_options(self) -> dict[str, str]:
-        """The ``pulsarwire`` sink options of ``sink.pulsar`` (secrets in clear).
-
-        ``producerNamePrefix`` is the job name unless set (exactly once); ``batchId`` is the
-        runner's. Raises JobError when the sink is not Pulsar.
-        """
-        snk = self.sink.pulsar
-        if snk is None:
-            raise self.error("sink", f"is {self.sink.kind}, not pulsar")
-        opts = snk.spark_options()
-        opts.pop("producerNamePrefix", None)
-        if snk.exactly_once:
-            opts["producerNamePrefix"] = snk.producer_name_prefix or self.name
-        return opts
+        """The ``pulsarwire`` sink options of the sink section (secrets in clear). Raises JobError
+        for a sink that is not written with it."""
+        return dict(self._pulsarwire("sink", self.sink.section, "write_options")(self.name))
 
     def transform_steps(self) -> list[tuple[str, Transform]]:
         """The transform steps in the order they apply, each with its key path: ``transform``
@@ -707,3 +804,11 @@ class Job(Section):
         return next(
             (self.step_function(k, s) for k, s in self.transform_steps() if s.python is not None), None
         )
+
+
+#: the connector kinds a profile gives defaults for (``pulsar:``): the Job's profile sections
+PROFILE_KINDS = tuple(
+    name
+    for name, f in Job.model_fields.items()
+    if any(isinstance(a, type) and issubclass(a, ProfileSection) for a in get_args(f.annotation))
+)

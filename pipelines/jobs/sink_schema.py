@@ -27,15 +27,18 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from pipelines.jobs.models import Job
+from pipelines.connectors.base import JobContext
 from pipelines.state.delta import is_table_name
 
 __all__ = ["Difference", "differences", "schema_problems", "table_schema", "type_text"]
+
+if TYPE_CHECKING:
+    from pipelines.jobs.models import DeltaSink
 
 log = logging.getLogger("pipelines.jobs.sink_schema")
 
@@ -123,18 +126,18 @@ def _same_column(rows: JsonType, table: JsonType, column: str) -> Iterator[Diffe
         yield Difference("type", column, rows, table)
 
 
-def table_schema(job: Job, spark: Any = None) -> dict[str, Any] | None:
-    """The schema JSON of the job's Delta sink table; None when it does not exist (yet) or
+def table_schema(
+    path: str, storage_options: dict[str, str] | None, spark: Any = None
+) -> dict[str, Any] | None:
+    """The schema JSON of the Delta table at ``path``; None when it does not exist (yet) or
     cannot be read without Spark (a catalog name and no session)."""
-    assert job.sink.delta is not None
-    path = job.sink.delta.path
     if is_table_name(path):
         if spark is None or not spark.catalog.tableExists(path):
             return None
         value: dict[str, Any] = spark.table(path).schema.jsonValue()
         return value
     try:
-        text = DeltaTable(path, storage_options=job.storage_options()).schema().to_json()
+        text = DeltaTable(path, storage_options=storage_options).schema().to_json()
     except TableNotFoundError:
         return None
     except (DeltaError, OSError) as exc:
@@ -144,11 +147,11 @@ def table_schema(job: Job, spark: Any = None) -> dict[str, Any] | None:
     return loaded
 
 
-def schema_problems(job: Job, rows: dict[str, Any], table: dict[str, Any] | None) -> list[str]:
+def schema_problems(
+    ctx: JobContext, sink: DeltaSink, rows: dict[str, Any], table: dict[str, Any] | None
+) -> list[str]:
     """One line per column in which the transformed ``rows`` (schema JSON) cannot be written to
     the job's Delta table (``table``, its schema JSON; None: no table yet)."""
-    sink = job.sink.delta
-    assert sink is not None
     if table is None:
         return []
     merge = sink.schema_mode == "merge"
@@ -157,7 +160,7 @@ def schema_problems(job: Job, rows: dict[str, Any], table: dict[str, Any] | None
     for d in differences(rows, table):
         if d.kind == "type":
             out.append(
-                f"{job.source_file}: transform: column {d.column} is {type_text(d.rows)} in the transformed "
+                f"{ctx.file}: transform: column {d.column} is {type_text(d.rows)} in the transformed "
                 f"rows but {type_text(d.table)} in {where}; cast it to {type_text(d.table)} in the transform "
                 "(schema_mode: merge adds columns, it does not change a column's type)"
             )
@@ -165,13 +168,13 @@ def schema_problems(job: Job, rows: dict[str, Any], table: dict[str, Any] | None
             continue
         elif d.kind == "new":
             out.append(
-                f"{job.source_file}: sink.delta.schema_mode: column {d.column} ({type_text(d.rows)}) of the "
+                f"{ctx.file}: sink.delta.schema_mode: column {d.column} ({type_text(d.rows)}) of the "
                 f"transformed rows is not in {where}; set sink.delta.schema_mode: merge to add it, or "
                 "leave it out in the transform"
             )
         else:
             out.append(
-                f"{job.source_file}: sink.delta.schema_mode: column {d.column} ({type_text(d.table)}) of "
+                f"{ctx.file}: sink.delta.schema_mode: column {d.column} ({type_text(d.table)}) of "
                 f"{where} is not in the transformed rows; set sink.delta.schema_mode: merge to write "
                 "it as null, or produce it in the transform"
             )

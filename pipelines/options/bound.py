@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
@@ -19,7 +21,7 @@ from pipelines.options.grammar import GrammarError, Spec, position_spec, show, t
 from pipelines.options.model import Loc, offsets_value, problem
 from pulsarwire import TopicName
 
-__all__ = ["Bound", "BoundError", "format_path", "parse_bound"]
+__all__ = ["Bound", "BoundError", "bound_text", "end_problem", "format_path", "parse_bound", "time_slices"]
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -110,6 +112,32 @@ def parse_bound(value: Any, *, end: bool = False) -> Bound:
             where, message = found[0]
             raise BoundError(f"{format_path(where)}: {message}" if where else message) from None
         raise BoundError(err["msg"]) from None
-    if end and bound.kind == "earliest":
-        raise BoundError("earliest is not a valid end")
+    if end and (why := end_problem(bound)):
+        raise BoundError(why)
     return bound
+
+
+def end_problem(bound: Bound) -> str | None:
+    """Why ``bound`` cannot end a range (the one place of this rule), None when it can."""
+    return "earliest is not a valid end" if bound.kind == "earliest" else None
+
+
+def time_slices(start: Bound, end: Bound, count: int) -> Iterator[tuple[Bound, Bound]]:
+    """Equal time slices of a time range; other ranges are one slice."""
+    if start.kind != "time" or end.kind != "time" or count <= 1:
+        yield start, end
+        return
+    t0, t1 = start.time_ms or 0, end.time_ms or 0
+    step = max(1, -(-(t1 - t0) // count))
+    t = t0
+    while t < t1:
+        u = min(t + step, t1)
+        yield Bound.model_construct(kind="time", time_ms=t), Bound.model_construct(kind="time", time_ms=u)
+        t = u
+
+
+def bound_text(bound: Bound) -> str:
+    """A bound as a person reads it: a time in ISO-8601 UTC, positions as JSON."""
+    if bound.kind == "time":
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((bound.time_ms or 0) / 1000))
+    return bound.kind if bound.kind != "offsets" else json.dumps(bound.offsets)

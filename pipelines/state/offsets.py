@@ -10,7 +10,9 @@ and ``pipelines offsets`` can show and reset positions. Schema (see ``docs/offse
     checkpoint string (nullable), reset_epoch long (nullable: 0)
 
 A stored position means: every message of that topic-partition up to and including it has
-been written to the job's sink and committed there.
+been written to the job's sink and committed there; it is three ordered integers whatever the
+source (Pulsar's ``ledger:entry:batch``, an integer offset ``n`` as ``0:n:-1``:
+:mod:`pipelines.state.positions`), so the store never knows the kind of source.
 
 The job's **reset epoch** (the largest ``reset_epoch`` of its rows; 0 for tables written
 before the column existed, which gain it on their next write) counts the job's resets.
@@ -430,7 +432,7 @@ class OffsetStore:
     def state(self, job: str) -> tuple[Offsets, int]:
         """The job's positions and reset epoch, read together. Raises OffsetStoreError."""
         rows = self.rows(job)
-        return Offsets({r["topic"]: _position(r) for r in rows}), max(
+        return Offsets({r["topic"]: position_of(r) for r in rows}), max(
             (r["reset_epoch"] for r in rows), default=0
         )
 
@@ -458,7 +460,7 @@ class OffsetStore:
                 f"was running (reset epoch {current}, the run started at {epoch}); batch {batch_id} "
                 "is not recorded: run the job again to start from the reset positions"
             )
-        stored = {r["topic"]: _position(r) for r in rows}
+        stored = {r["topic"]: position_of(r) for r in rows}
         for topic, new in offsets.items():
             old = stored.get(topic)
             if old is not None and old > new:
@@ -496,7 +498,8 @@ def _job(job: str) -> str:
     return job
 
 
-def _position(row: Mapping[str, Any]) -> Position:
+def position_of(row: Mapping[str, Any]) -> Position:
+    """The position a stored row holds."""
     return Position(int(row["ledger_id"]), int(row["entry_id"]), int(row["batch_index"]))
 
 

@@ -1,12 +1,14 @@
 """Positions in a topic-partition and the offsets of a stream.
 
 A :class:`Position` is "everything up to and including this message has been
-taken": ``ledger:entry:batch``, where batch ``-1`` means the whole entry (a
-non-batched message, or every message of a batch). ``Position.EARLIEST``
-(``-1:-1:-1``) means nothing has been taken yet, and ``L:-1:-1`` means
-everything before ledger ``L``. Positions are exclusive
-starts and inclusive ends of the ranges Spark reads, and the rows of the Delta
-offset store.
+taken", as three ordered integers ``ledger:entry:batch``. For Pulsar, batch ``-1``
+means the whole entry (a non-batched message, or every message of a batch),
+``Position.EARLIEST`` (``-1:-1:-1``) means nothing has been taken yet, and
+``L:-1:-1`` means everything before ledger ``L``. A protocol whose messages have
+one integer offset (Kafka) writes offset ``n`` as ``0:n:-1`` (:meth:`Position.at_offset`),
+keyed ``<topic>-partition-<p>`` (:func:`topic_partition`): same order, same store.
+Positions are exclusive starts and inclusive ends of the ranges Spark reads, and the
+rows of the Delta offset store.
 
 :class:`Offsets` maps topic-partition names to positions; its JSON form
 (``{"persistent://public/default/t-partition-0": "12:40:-1", ...}``) is what
@@ -24,15 +26,23 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from pipelines.errors import OptionError
-from pulsarwire import MessageId, TopicName
+from pulsarwire import MessageId
 
 _TEXT = re.compile(r"-?\d+:-?\d+:-?\d+")
 _WHOLE = 1 << 62  # sorts a whole-entry position after every batch index of that entry
+_PARTITION = re.compile(r"-partition-(\d+)$")
 
 
 def partition_of(topic_partition: str) -> int:
     """The partition index in ``...-partition-N`` (-1 for a non-partitioned topic)."""
-    return TopicName.parse(topic_partition).partition_index
+    found = _PARTITION.search(topic_partition)
+    return int(found.group(1)) if found else -1
+
+
+def topic_partition(topic: str, partition: int) -> str:
+    """The key of a partition of ``topic`` in :class:`Offsets` and the offset store:
+    ``<topic>-partition-<p>``, Pulsar's own name for it and any other protocol's."""
+    return f"{topic}-partition-{partition}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +71,17 @@ class Position:
     @property
     def is_earliest(self) -> bool:
         return self.ledger_id < 0
+
+    @classmethod
+    def at_offset(cls, offset: int) -> Position:
+        """A position of a protocol with integer offsets: every message up to and including
+        ``offset`` taken (``-1``: none), written ``0:offset:-1``."""
+        return cls.EARLIEST if offset < 0 else cls(0, offset, -1)
+
+    @property
+    def offset(self) -> int:
+        """The integer offset of a position made by :meth:`at_offset` (-1: nothing taken)."""
+        return -1 if self.is_earliest else self.entry_id
 
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}:{self.batch_index}"

@@ -17,7 +17,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 import pipelines
-from pipelines.state.exactly_once import ExactlyOnceJob, close_clients, recover, write_delta_exactly_once
+from pipelines.connectors.pulsar_delta import ExactlyOnceJob, close_clients, recover, write_delta_exactly_once
 
 CRASH_EXIT = 17
 

@@ -24,10 +24,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pipelines"
 #: modules that may import pyspark at import time (relative to pipelines/)
-SPARK_MODULES = ("spark/", "jobs/runner.py", "jobs/jvm.py", "jobs/testing.py")
+SPARK_MODULES = ("spark/", "jobs/runner.py", "jobs/session.py", "jobs/jvm.py", "jobs/testing.py")
 
 _NO_PYSPARK = "the module may not load pyspark when imported; Spark's Delta API only where Spark writes"
 _PER_QUERY = "imported by the driver process Spark starts for each streaming query"
+_OPENED = "a section model imports its connector when a command opens it: validate and list never do"
+_TYPES = "the section model's type only (TYPE_CHECKING): the model imports its connector, not the reverse"
+_SPARK_SIDE = (
+    "Spark's side of a connector only when it reads or writes: preflight and offsets show load no pyspark"
+)
 #: (module relative to pipelines/, module imported inside a function) -> why it is not at the top
 NESTED_IMPORTS = {
     ("__init__.py", "pipelines.spark.datasource"): "register() loads pyspark; `import pipelines` does not",
@@ -36,6 +41,17 @@ NESTED_IMPORTS = {
     ("extras.py", "pyspark"): "its version is read only when a command runs Spark or registers the source",
     ("jobs/sql.py", "sqlglot"): "the SQL parser (67 ms to import) only for jobs with SQL transforms",
     ("jobs/sql.py", "sqlglot.errors"): "the SQL parser only for jobs with SQL transforms",
+    ("jobs/models.py", "pipelines.connectors.console"): _OPENED,
+    ("jobs/models.py", "pipelines.connectors.delta"): _OPENED,
+    ("jobs/models.py", "pipelines.connectors.pulsar"): _OPENED,
+    ("connectors/console.py", "pipelines.jobs.models"): _TYPES,
+    ("connectors/delta.py", "pipelines.jobs.models"): _TYPES,
+    ("connectors/pulsar.py", "pipelines.jobs.models"): _TYPES,
+    ("jobs/sink_schema.py", "pipelines.jobs.models"): _TYPES,
+    ("connectors/pulsar.py", "pipelines.spark"): _SPARK_SIDE,
+    ("connectors/pulsar.py", "pipelines.spark.reader"): _SPARK_SIDE,
+    ("connectors/pulsar.py", "pipelines.spark.sink"): _SPARK_SIDE,
+    ("connectors/pulsar.py", "pyspark.sql"): _SPARK_SIDE,
     ("state/delta.py", "delta.tables"): _NO_PYSPARK,
     ("state/offsets.py", "delta.tables"): _NO_PYSPARK,
     ("state/offsets.py", "pyspark.sql"): _NO_PYSPARK,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.state.exactly_once import ExactlyOnceJob, close_clients, write_delta_exactly_once
+from pipelines.connectors.pulsar_delta import ExactlyOnceJob, close_clients, write_delta_exactly_once
 from pulsarwire.broker import Broker
 from pulsarwire.client.blocking import Client
 from pulsarwire.errors import PulsarWireError

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.state.exactly_once import batch_offsets, committed_in_target
+from pipelines.connectors.delta import committed_in_target
+from pipelines.state.checkpoint import batch_offsets
 from pipelines.state.offsets import OffsetStore
 from pulsarwire.broker import Broker
 from tests.helpers import ingest_job
