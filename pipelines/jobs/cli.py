@@ -254,12 +254,17 @@ def _run(args: argparse.Namespace) -> Any:
         return stop.exit_code if stop.requested else code
 
 
-def _backfill(args: argparse.Namespace) -> Any:
-    job = _load(args)
+def _ranged(job: Job, what: str) -> None:
+    """Refuse ``what`` (a backfill, an offsets reset) for a source that cannot resolve positions."""
     if not job.source.section.BOUNDED:
         raise job.error(
-            "source", f"backfill reads a {source_kinds('BOUNDED')} source; this job reads {job.source.kind}"
+            "source", f"{what} needs a {source_kinds('BOUNDED')} source; this job reads {job.source.kind}"
         )
+
+
+def _backfill(args: argparse.Namespace) -> Any:
+    job = _load(args)
+    _ranged(job, "backfill")
     job.backfill_window(args.start, args.end)  # no range: one line before anything starts
     with stopping.installed(f"{job.name} backfill") as stop:
         preflight.check(job, "backfill")
@@ -272,6 +277,7 @@ def _offsets(args: argparse.Namespace) -> Any:
     if job.offsets is None:
         raise job.error("offsets", "this job has no offset store")
     if args.action == "reset":
+        _ranged(job, "offsets reset")
         preflight.check(job, "offsets")
     if args.action == "reset" and not args.yes:
         print(

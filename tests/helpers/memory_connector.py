@@ -40,6 +40,7 @@ def install(site: Path) -> Path:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pipelines-memory-connector\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(
         "[pipelines.connectors]\nsource.memory = tests.helpers.memory_connector:MemorySource\n"
+        "source.memstream = tests.helpers.memory_connector:StreamOnlySource\n"
     )
     return site
 
@@ -76,6 +77,12 @@ class MemorySource(ConnectorSection):
 
     def open(self, ctx: JobContext) -> Any:
         return MemoryConnector(self, ctx)
+
+
+class StreamOnlySource(MemorySource):
+    """``source.memstream`` — the same messages, streamed only: positions kept, no ranges."""
+
+    BOUNDED = False
 
 
 # -- the Spark data source (runs in Spark's Python workers) ---------------------------------------

@@ -114,3 +114,15 @@ def test_an_installed_connector_that_cannot_be_loaded_is_one_line(tmp_path: Path
             "ModuleNotFoundError: No module named 'no_such_module'"
         ],
     )
+
+
+def test_a_source_without_ranges_is_refused_a_reset_and_a_backfill_in_one_line(tmp_path: Path) -> None:
+    job = tmp_path / "memstream.yaml"
+    text = JOB.replace("memory:", "memstream:").replace("backfill: {{from: earliest}}\n", "")
+    job.write_text(text.format(data=tmp_path / "data", tmp=tmp_path))
+    path = f"{ROOT}:{install(tmp_path / 'site')}"
+    reset = pipelines("offsets", "reset", str(job), "--to", "earliest", "--yes", PYTHONPATH=path)
+    backfill = pipelines("backfill", str(job), PYTHONPATH=path)
+    why = "needs a pulsar or memory source; this job reads memstream"
+    assert (reset.code, reset.out, reset.err_lines) == (1, "", [f"{job}: source: offsets reset {why}"])
+    assert (backfill.code, backfill.out, backfill.err_lines) == (1, "", [f"{job}: source: backfill {why}"])
