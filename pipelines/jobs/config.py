@@ -787,6 +787,9 @@ def load_job(
     if interp.problems:
         raise JobError(_scrub(interp.problems, secrets))
     _profile_defaults(resolved, doc, interp.via)
+    for kind in PROFILE_KINDS:  # applied above; only a Job field (pulsar:) stays to be validated
+        if kind not in Job.model_fields and isinstance(resolved.get(kind), dict):
+            del resolved[kind]
 
     try:
         job = Job.model_validate(resolved)

@@ -806,9 +806,7 @@ class Job(Section):
         )
 
 
-#: the connector kinds a profile gives defaults for (``pulsar:``): the Job's profile sections
-PROFILE_KINDS = tuple(
-    name
-    for name, f in Job.model_fields.items()
-    if any(isinstance(a, type) and issubclass(a, ProfileSection) for a in get_args(f.annotation))
-)
+#: every connector kind, built in or installed: a profile's (or the job's) ``<kind>:`` section
+#: gives defaults for ``source.<kind>`` and ``sink.<kind>``; ``pulsar:`` is also a Job field,
+#: validated as :class:`PulsarDefaults`
+PROFILE_KINDS = tuple(dict.fromkeys((*Source.model_fields, *Sink.model_fields)))

@@ -569,7 +569,7 @@ def test_problems_name_the_layer_they_come_from(project: Path, load: Callable[..
 def test_profile_keys_are_limited(project: Path, load: Callable[..., Job]) -> None:
     write(project, "conf/local.yaml", PROFILE + "sink: {console: {}}\n")
     assert problems(lambda: load(INGEST)) == [
-        "conf/local.yaml: sink: not a profile key (a profile sets vars, pulsar and spark)"
+        "conf/local.yaml: sink: not a profile key (a profile sets vars, pulsar, delta, console and spark)"
     ]
 
 

@@ -126,3 +126,19 @@ def test_a_source_without_ranges_is_refused_a_reset_and_a_backfill_in_one_line(t
     why = "needs a pulsar or memory source; this job reads memstream"
     assert (reset.code, reset.out, reset.err_lines) == (1, "", [f"{job}: source: offsets reset {why}"])
     assert (backfill.code, backfill.out, backfill.err_lines) == (1, "", [f"{job}: source: backfill {why}"])
+
+
+def test_a_profile_section_of_an_installed_kind_gives_its_source_defaults(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "lab.yaml").write_text(f"memory: {{path: {tmp_path}/data, max_rows_per_batch: 7}}\n")
+    job = tmp_path / "mem.yaml"
+    job.write_text(
+        f"name: m\nsource: {{memory: {{topic: t}}}}\nsink: {{console: {{}}}}\ncheckpoint: {tmp_path}/ck\n"
+    )
+    path = f"{ROOT}:{install(tmp_path / 'site')}"
+    ran = pipelines("validate", str(job), "--show", "--env", "lab", "--conf-dir", str(conf), PYTHONPATH=path)
+    assert ran.code == 0, ran.err
+    assert "    source:\n      memory:\n" in ran.out
+    assert f"path: {tmp_path}/data\n" in ran.out and "max_rows_per_batch: 7\n" in ran.out
+    assert "topic: t\n" in ran.out
