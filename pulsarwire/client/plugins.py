@@ -50,7 +50,12 @@ _OAUTH2_ALIASES = {"issuer_url": "issuerUrl", "private_key": "privateKey"}
 
 
 class PluginError(PulsarWireError, ValueError):
-    """An ``authPlugin`` / ``authParams`` pair that does not make a credential."""
+    """An ``authPlugin`` / ``authParams`` pair that does not make a credential; ``about`` says
+    which of the two is wrong (``"plugin"`` or ``"params"``)."""
+
+    def __init__(self, message: str, about: str = "params") -> None:
+        super().__init__(message)
+        self.about = about
 
 
 @dataclass(frozen=True)
@@ -63,8 +68,8 @@ class PluginAuth:
 
 
 def parse_params(text: str) -> dict[str, str]:
-    """``authParams`` as a mapping: a JSON object, or ``key:value,...``. Raises PluginError (its
-    message quotes no value)."""
+    """``authParams`` as a mapping: a JSON object (string or number values), or
+    ``key:value,...``. Raises PluginError (its message quotes no value)."""
     stripped = text.strip()
     if stripped.startswith("{"):
         try:
@@ -73,7 +78,12 @@ def parse_params(text: str) -> dict[str, str]:
             raise PluginError("authParams is not valid JSON") from None
         if not isinstance(doc, dict):
             raise PluginError("authParams is not a JSON object")
-        return {str(k): str(v) for k, v in doc.items() if isinstance(v, str | int | float)}
+        out: dict[str, str] = {}
+        for key, value in doc.items():
+            if not isinstance(value, str | int | float) or isinstance(value, bool):
+                raise PluginError(f"authParams key {key!r}: expected a string")
+            out[str(key)] = str(value)
+        return out
     params: dict[str, str] = {}
     for item in stripped.split(","):
         key, sep, value = item.partition(":")
@@ -83,44 +93,54 @@ def parse_params(text: str) -> dict[str, str]:
     return params
 
 
-def from_plugin(plugin: str, params: str | None) -> PluginAuth:
-    """The credential of an ``authPlugin`` and its ``authParams``; raises PluginError."""
+def check_plugin(plugin: str, params: str | None) -> tuple[str, dict[str, str]]:
+    """The kind (token, basic, oauth2, tls) and the checked parameters of an ``authPlugin`` and
+    its ``authParams``, without building anything (a token's under ``token``; OAuth2's keys in
+    the Java spelling). Raises PluginError."""
     kind = PLUGINS.get(plugin.strip())
     if kind is None:
         known = ", ".join(k for k in PLUGINS if "." in k)
-        raise PluginError(f"unsupported auth plugin {plugin!r} (supported: {known})")
+        raise PluginError(f"unsupported auth plugin {plugin!r} (supported: {known})", "plugin")
     if not params or not params.strip():
-        raise PluginError(f"{plugin} needs auth params")
+        raise PluginError(f"auth params required with {plugin}")
     if kind == "token":
-        try:
-            return PluginAuth(AuthenticationToken(_token_param(params)))
-        except AuthenticationError as exc:
-            raise PluginError(f"{plugin}: {exc}") from None
+        return kind, {"token": _token_param(params)}
     values = parse_params(params)
     if kind == "oauth2":
         values = {_OAUTH2_ALIASES.get(k, k): v for k, v in values.items()}
+        values.pop("type", None)  # "client_credentials", the only flow
     missing = [k for k in _REQUIRED[kind] if not values.get(k)]
     if missing:
         raise PluginError(f"{plugin} needs {', '.join(missing)} in its auth params")
-    if kind == "basic":
-        try:
-            return PluginAuth(AuthenticationBasic(values["userId"], values["password"]))
-        except ValueError as exc:
-            raise PluginError(f"{plugin}: {exc}") from None
-    if kind == "oauth2":
-        from .oauth2 import AuthenticationOauth2  # its HTTP machinery only when asked for
+    return kind, values
 
-        try:
-            auth = AuthenticationOauth2(
-                issuer_url=values["issuerUrl"],
-                private_key=values["privateKey"],
-                audience=values.get("audience") or None,
-                scope=values.get("scope") or None,
+
+def build(kind: str, values: dict[str, str]) -> PluginAuth:
+    """The credential of checked parameters (:func:`check_plugin`). Raises PluginError."""
+    try:
+        if kind == "token":
+            return PluginAuth(AuthenticationToken(values["token"]))
+        if kind == "basic":
+            return PluginAuth(AuthenticationBasic(values["userId"], values["password"]))
+        if kind == "oauth2":
+            from .oauth2 import AuthenticationOauth2  # its HTTP machinery only when asked for
+
+            return PluginAuth(
+                AuthenticationOauth2(
+                    issuer_url=values["issuerUrl"],
+                    private_key=values["privateKey"],
+                    audience=values.get("audience") or None,
+                    scope=values.get("scope") or None,
+                )
             )
-        except ValueError as exc:
-            raise PluginError(f"{plugin}: {exc}") from None
-        return PluginAuth(auth)
+    except (AuthenticationError, ValueError) as exc:
+        raise PluginError(f"{kind}: {exc}") from None
     return PluginAuth(tls_cert_file=values["tlsCertFile"], tls_key_file=values["tlsKeyFile"])
+
+
+def from_plugin(plugin: str, params: str | None) -> PluginAuth:
+    """The credential of an ``authPlugin`` and its ``authParams``; raises PluginError."""
+    return build(*check_plugin(plugin, params))
 
 
 def _token_param(params: str) -> str:

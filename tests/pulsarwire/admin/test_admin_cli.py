@@ -102,7 +102,8 @@ def test_tenants_namespaces_topics_lifecycle(broker: Broker) -> None:
     stats = json.loads(ok(admin(broker, "topics", "partitioned-stats", events, "--per-partition")).out)
     assert stats["metadata"]["partitions"] == 2 and len(stats["partitions"]) == 2
     assert json.loads(ok(admin(broker, "topics", "get-partitioned-topic-metadata", events)).out) == {
-        "partitions": 2
+        "partitions": 2,
+        "deleted": False,
     }
     # Deleting in the wrong order fails as Pulsar does, naming the call and Pulsar's reason.
     refused = admin(broker, "tenants", "delete", "shop")

@@ -47,7 +47,7 @@ def test_basic_oauth2_and_tls() -> None:
     ("plugin", "params", "expected"),
     [
         ("com.example.Custom", "x", "unsupported auth plugin"),
-        (J + "AuthenticationToken", "", "needs auth params"),
+        (J + "AuthenticationToken", "", "auth params required"),
         (J + "AuthenticationBasic", "userId:alice", "needs password"),
         (J + "AuthenticationBasic", "no-separator-s3cret", "key:value"),
         (J + "AuthenticationToken", '{"token": ""}', "token:"),

@@ -135,7 +135,12 @@ def test_admin_answers_with_kafka_error_codes(real_kafka: RealKafka) -> None:
     admin = AdminClient(real_kafka.sasl_config("alice"))
     topic = new_topic()
     admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(30)
-    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3
+    # CreateTopics answers when the controller has the topic; the broker's metadata follows it
+    deadline = time.monotonic() + 30
+    while not (partitions := admin.list_topics(topic, timeout=10).topics[topic].partitions):
+        assert time.monotonic() < deadline, f"{topic}: still unknown to Metadata 30 s after CreateTopics"
+        time.sleep(0.2)
+    assert len(partitions) == 3
     with pytest.raises(KafkaException) as again:
         admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
     assert again.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
