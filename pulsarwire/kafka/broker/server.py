@@ -144,7 +144,7 @@ class Connection:
     async def _answer(self, payload: bytes) -> bytes | bool | None:
         """The response's bytes; None for none (acks=0); False to close the connection."""
         try:
-            request = decode_request(payload)
+            request = decode_request(payload, strict=False)  # trailing bytes ignored, as Kafka does
         except KafkaUnknownApiError as exc:
             if exc.api_key == API_VERSIONS and exc.correlation_id is not None:
                 return encode_response(
@@ -154,6 +154,7 @@ class Connection:
             return False
         except KafkaProtocolError as exc:
             log.info("closing %s: malformed request: %s", self.session.peer, exc)
+            log.debug("the request's first bytes: %s", payload[:256].hex())
             return False
         key, version = request.api_key, request.api_version
         handler = HANDLERS.get(key)
