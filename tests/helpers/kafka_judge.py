@@ -348,7 +348,7 @@ async def _aiokafka(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]
                     partition=i,
                     timestamp_ms=ts,
                     headers=[(k, v.encode() if v is not None else None) for k, v in headers],
-                )  # fmt: skip
+                )
                 for key, value, headers, ts in expected_records(i)
             ]
             await asyncio.gather(*futures)
