@@ -90,6 +90,7 @@ def batch(
     sequence: int = -1,
     timestamp: int | None = None,
     codec: int = records.compression.NONE,
+    transactional: bool = False,
 ) -> bytes:
     """The bytes of one v2 batch of ``values`` (keys None, no headers)."""
     b = records.make_batch(
@@ -97,6 +98,7 @@ def batch(
         [(None, v, ()) for v in values],
         timestamp=int(time.time() * 1000) if timestamp is None else timestamp,
         compression_codec=codec,
+        attributes=records.TRANSACTIONAL if transactional else 0,
         producer_id=producer_id,
         producer_epoch=epoch,
         base_sequence=sequence,
@@ -105,10 +107,18 @@ def batch(
 
 
 def produce(
-    conn: KafkaRaw, topic: str, partition: int, data: bytes, *, acks: int = -1, version: int = 9
+    conn: KafkaRaw,
+    topic: str,
+    partition: int,
+    data: bytes,
+    *,
+    acks: int = -1,
+    version: int = 9,
+    transactional_id: str | None = None,
 ) -> Body:
     """One Produce of ``data`` (a records field) to ``topic``/``partition``; returns its partition answer."""
     body = {
+        "transactional_id": transactional_id,
         "acks": acks,
         "timeout_ms": 10_000,
         "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": data}]}],
@@ -128,13 +138,14 @@ def fetch(
     max_wait_ms: int = 0,
     min_bytes: int = 0,
     version: int = 12,
+    isolation_level: int = 0,
 ) -> list[Body]:
     """Fetch (partition, offset) pairs of ``topic`` (v12: by name); returns the partition answers."""
     body = {
         "max_wait_ms": max_wait_ms,
         "min_bytes": min_bytes,
         "max_bytes": max_bytes,
-        "isolation_level": 0,
+        "isolation_level": isolation_level,
         "session_id": 0,
         "session_epoch": -1,
         "topics": [

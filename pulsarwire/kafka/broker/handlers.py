@@ -67,6 +67,7 @@ SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+READ_COMMITTED = 1
 
 
 # -- ApiVersions -------------------------------------------------------------------------------
@@ -168,7 +169,9 @@ def _single_batch(records: bytes | None) -> int:
     return 0
 
 
-def _produce_partition(ctx: RequestContext, name: str, index: int, records: bytes | None) -> Body:
+def _produce_partition(
+    ctx: RequestContext, txn_id: str | None, name: str, index: int, records: bytes | None
+) -> Body:
     state = ctx.broker
     answer: Body = {"index": index, "base_offset": -1, "log_start_offset": -1}
     if not ctx.broker.authorize(ctx, "WRITE", "TOPIC", name):
@@ -201,6 +204,14 @@ def _produce_partition(ctx: RequestContext, name: str, index: int, records: byte
         answer["error_code"] = E["INVALID_RECORD"]
         answer["error_message"] = "producers may not write control batches"
         return answer
+    if batch.is_transactional:
+        coordinator = state.extensions.get("transactions")
+        code = E["INVALID_TXN_STATE"]
+        if coordinator is not None:
+            code = coordinator.check_produce(txn_id, batch.producer_id, batch.producer_epoch, name, index)
+        if code:
+            answer["error_code"] = code
+            return answer
     code, duplicate_of = state.producers.check(
         name, index, batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_offset_delta + 1
     )
@@ -222,24 +233,31 @@ def _produce_partition(ctx: RequestContext, name: str, index: int, records: byte
     return answer
 
 
+def _refuse_all(body: Body, code: int) -> Body:
+    """A Produce answer with ``code`` for every partition of the request."""
+    return {
+        "responses": [
+            {
+                "name": t["name"],
+                "partition_responses": [{"index": p["index"], "error_code": code} for p in parts],
+            }
+            for t in body["topic_data"]
+            for parts in [t["partition_data"]]
+        ]
+    }
+
+
 async def produce(ctx: RequestContext, body: Body) -> Body:
-    acks = body["acks"]
-    if acks not in (0, 1, -1):
-        code = E["INVALID_REQUIRED_ACKS"]
-        return {
-            "responses": [
-                {
-                    "name": t["name"],
-                    "partition_responses": [
-                        {"index": p["index"], "error_code": code} for p in t["partition_data"]
-                    ],
-                }
-                for t in body["topic_data"]
-            ]
-        }
+    if body["acks"] not in (0, 1, -1):
+        return _refuse_all(body, E["INVALID_REQUIRED_ACKS"])
+    txn_id = body.get("transactional_id")
+    if txn_id is not None and not ctx.broker.authorize(ctx, "WRITE", "TRANSACTIONAL_ID", txn_id):
+        return _refuse_all(body, E["TRANSACTIONAL_ID_AUTHORIZATION_FAILED"])
     responses = []
     for t in body["topic_data"]:
-        parts = [_produce_partition(ctx, t["name"], p["index"], p["records"]) for p in t["partition_data"]]
+        parts = [
+            _produce_partition(ctx, txn_id, t["name"], p["index"], p["records"]) for p in t["partition_data"]
+        ]
         responses.append({"name": t["name"], "partition_responses": parts})
     return {"responses": responses}
 
@@ -276,18 +294,22 @@ def _fetch_once(ctx: RequestContext, body: Body) -> tuple[list[Body], int, bool]
                 answer["error_code"] = E["UNKNOWN_TOPIC_OR_PARTITION"]
                 errors = True
                 continue
-            hw = log.high_watermark
-            answer.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=log.log_start_offset)
+            hw, lso = log.high_watermark, log.last_stable_offset
+            answer.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=log.log_start_offset)
             offset = p["fetch_offset"]
             if offset < log.log_start_offset or offset > hw:
                 answer["error_code"] = E["OFFSET_OUT_OF_RANGE"]
                 errors = True
                 continue
-            if offset == hw:
+            committed = body.get("isolation_level", 0) == READ_COMMITTED
+            if offset == hw or (committed and offset >= lso):
                 continue
             limit = min(p["partition_max_bytes"], budget - total)
-            data, _ = log.read(offset, max(0, limit), min_one=total == 0)
+            data, end = log.read(offset, max(0, limit), min_one=total == 0, upto=lso if committed else None)
             answer["records"] = data
+            if committed:
+                aborted = log.aborted_between(offset, end)
+                answer["aborted_transactions"] = [{"producer_id": a, "first_offset": f} for a, f in aborted]
             total += len(data)
         responses.append({"topic": name, "topic_id": t.get("topic_id", NO_ID), "partitions": parts})
     return responses, total, errors
@@ -320,7 +342,7 @@ async def fetch(ctx: RequestContext, body: Body) -> Body:
 # -- ListOffsets -------------------------------------------------------------------------------
 
 
-def _list_offset(ctx: RequestContext, name: str, p: Body) -> Body:
+def _list_offset(ctx: RequestContext, name: str, p: Body, committed: bool) -> Body:
     index = p["partition_index"]
     answer: Body = {"partition_index": index, "timestamp": -1, "offset": -1}
     if not ctx.broker.authorize(ctx, "DESCRIBE", "TOPIC", name):
@@ -333,7 +355,7 @@ def _list_offset(ctx: RequestContext, name: str, p: Body) -> Body:
     answer["leader_epoch"] = 0
     ts = p["timestamp"]
     if ts == LATEST:
-        answer["offset"] = log.high_watermark
+        answer["offset"] = log.last_stable_offset if committed else log.high_watermark
     elif ts in (EARLIEST, EARLIEST_LOCAL):
         answer["offset"] = log.log_start_offset
     elif ts == MAX_TIMESTAMP:
@@ -350,8 +372,12 @@ def _list_offset(ctx: RequestContext, name: str, p: Body) -> Body:
 
 
 async def list_offsets(ctx: RequestContext, body: Body) -> Body:
+    committed = body.get("isolation_level", 0) == READ_COMMITTED
     topics = [
-        {"name": t["name"], "partitions": [_list_offset(ctx, t["name"], p) for p in t["partitions"]]}
+        {
+            "name": t["name"],
+            "partitions": [_list_offset(ctx, t["name"], p, committed) for p in t["partitions"]],
+        }
         for t in body["topics"]
     ]
     return {"topics": topics}

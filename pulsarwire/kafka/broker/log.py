@@ -14,6 +14,13 @@ themselves stay in RAM.
 
 Offsets: ``log_start_offset`` (0: nothing is deleted yet) .. ``next_offset`` (the log end
 offset, which is the high watermark on a single node).
+
+Transactions. A transactional batch opens its producer's transaction in the partition (its first
+offset kept in ``open_transactions``) until a control batch (COMMIT or ABORT marker) closes it;
+an aborted one is remembered as (producer id, first offset, marker offset) in ``aborted``. The
+last stable offset is the first offset of the oldest open transaction (else the high
+watermark): ``read_committed`` consumers read below it and skip what ``aborted`` lists. All of
+it follows from the batches, so it is rebuilt when the log is read back at open.
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pulsarwire._log import EntryCache, OpenFiles, RecordFile
-from pulsarwire.kafka.codec.records import BATCH_HEADER, decode_batch
+from pulsarwire.kafka.codec.records import BATCH_HEADER, CONTROL, TRANSACTIONAL, control_type, decode_batch
+from pulsarwire.kafka.errors import KafkaProtocolError
 
 RECORDS_FILE = "records.log"
 OFFSET = struct.Struct(">q")
@@ -45,6 +53,14 @@ class BatchInfo:
     producer_epoch: int
     base_sequence: int
     count: int
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL)
 
 
 def batch_info(data: bytes | memoryview) -> BatchInfo:
@@ -81,6 +97,10 @@ class PartitionLog:
         self._pos = array("q")
         self._len = array("I")
         self._bodies: list[bytes] = []
+        #: producer id -> first offset of its transaction still open in this partition
+        self.open_transactions: dict[int, int] = {}
+        #: (producer id, first offset, offset of the ABORT marker), in marker order
+        self.aborted: list[tuple[int, int, int]] = []
         self._file: RecordFile | None = None
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -92,6 +112,13 @@ class PartitionLog:
                 info = batch_info(head)
                 if info.base_offset != self.next_offset or info.last_offset < info.base_offset:
                     return False  # offsets only grow, without gaps: anything else we did not write
+                if info.is_control:
+                    try:
+                        self._transaction(info, _is_commit(head[:length]))
+                    except KafkaProtocolError:
+                        return False
+                else:
+                    self._transaction(info, None)
                 self._index(info, offset, length)
                 if on_recover is not None:
                     on_recover(info)
@@ -108,6 +135,23 @@ class PartitionLog:
     def high_watermark(self) -> int:
         return self.next_offset
 
+    @property
+    def last_stable_offset(self) -> int:
+        return min(self.open_transactions.values(), default=self.next_offset)
+
+    def _transaction(self, info: BatchInfo, commit: bool | None) -> None:
+        """Track transactions: ``commit`` is the marker's kind for a control batch, else None."""
+        if info.is_control:
+            first = self.open_transactions.pop(info.producer_id, None)
+            if commit is False and first is not None:
+                self.aborted.append((info.producer_id, first, info.base_offset))
+        elif info.is_transactional:
+            self.open_transactions.setdefault(info.producer_id, info.base_offset)
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping [start, end)."""
+        return [(pid, first) for pid, first, marker in self.aborted if marker >= start and first < end]
+
     def _index(self, info: BatchInfo, pos: int, length: int) -> None:
         self._base.append(info.base_offset)
         self._last.append(info.last_offset)
@@ -118,8 +162,9 @@ class PartitionLog:
         self._len.append(length)
         self.next_offset = info.last_offset + 1
 
-    def append(self, batch: bytes) -> BatchInfo:
+    def append(self, batch: bytes, *, commit: bool | None = None) -> BatchInfo:
         """Store one validated v2 batch at the log end; returns its facts with the offsets given.
+        ``commit`` says what a control batch marks (True: COMMIT, False: ABORT).
 
         Raises StorageError when the data dir refuses the write (nothing is then kept).
         """
@@ -133,6 +178,7 @@ class PartitionLog:
             pos = self._file.append([stored])
         else:
             self._bodies.append(stored)
+        self._transaction(info, commit)
         self._index(info, pos, len(stored))
         return info
 
@@ -149,22 +195,27 @@ class PartitionLog:
             return 0
         return i if self._last[i] >= offset else i + 1
 
-    def read(self, offset: int, max_bytes: int, *, min_one: bool) -> tuple[bytes, int]:
+    def read(
+        self, offset: int, max_bytes: int, *, min_one: bool, upto: int | None = None
+    ) -> tuple[bytes, int]:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` of them -- except
-        that with ``min_one`` the first batch comes even when it is larger (KIP-74).
-        Returns (bytes, the index after the last batch read)."""
+        that with ``min_one`` the first batch comes even when it is larger (KIP-74) -- and none
+        starting at or after ``upto`` (the last stable offset for ``read_committed``).
+        Returns (bytes, the offset after the last batch read)."""
         i = self.find(offset)
         parts: list[bytes] = []
         size = 0
         n = len(self._base)
-        while i < n:
+        end = offset
+        while i < n and (upto is None or self._base[i] < upto):
             length = self._len[i]
             if size + length > max_bytes and not (min_one and not parts):
                 break
             parts.append(self.batch(i))
             size += length
+            end = self._last[i] + 1
             i += 1
-        return b"".join(parts), i
+        return b"".join(parts), end
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record stamped at or after ``timestamp``; None when none is."""
@@ -189,3 +240,11 @@ class PartitionLog:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+def _is_commit(data: bytes) -> bool:
+    """Whether the control batch ``data`` is a COMMIT marker (raises KafkaProtocolError if malformed)."""
+    batch = decode_batch(data)
+    if not batch.records:
+        raise KafkaProtocolError("a control batch without its record")
+    return control_type(batch.records[0])[0]

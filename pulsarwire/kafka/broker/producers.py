@@ -71,9 +71,15 @@ class ProducerStates:
 
     def record(self, topic: str, partition: int, info: BatchInfo) -> None:
         """Remember an appended (or recovered) batch of an idempotent producer."""
-        if info.producer_id < 0 or info.attributes & CONTROL:
+        if info.producer_id < 0:
             return
         producers = self._parts.setdefault((topic, partition), {})
+        if info.attributes & CONTROL:
+            # a transaction marker written at a newer epoch fences the older one in this partition
+            known = producers.get(info.producer_id)
+            if known is None or info.producer_epoch > known.epoch:
+                producers[info.producer_id] = _Producer(info.producer_epoch)
+            return
         state = producers.get(info.producer_id)
         if state is None or info.producer_epoch != state.epoch:
             state = producers[info.producer_id] = _Producer(info.producer_epoch)

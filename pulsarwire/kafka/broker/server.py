@@ -13,7 +13,7 @@ Adding handlers from another module -- either call :func:`register` at import ti
     register(API_KEYS["JoinGroup"], join_group)
 
 or define ``handlers() -> Mapping[int, Handler]`` in a module named in :data:`PLUGINS`
-(``handlers``, ``groups``, ``sasl``, ``acl`` beside this file): :func:`load_plugins` imports
+(``handlers``, ``transactions``, ``groups``, ``sasl``, ``acl`` beside this file): :func:`load_plugins` imports
 each that exists and registers what it returns (at the versions in its optional
 ``VERSIONS_SERVED: Mapping[int, tuple[int, int]]``, else every version the codec defines).
 Such a module may also define ``attach(state: BrokerState) -> None``, called once per broker
@@ -58,7 +58,7 @@ HANDLERS: dict[int, Handler] = {}
 #: api_key -> (min, max) versions served (the codec's range unless registered narrower)
 VERSIONS: dict[int, tuple[int, int]] = {}
 #: modules beside this one whose handlers() / attach() / add_arguments() are collected when present
-PLUGINS = ("handlers", "groups", "sasl", "acl")
+PLUGINS = ("handlers", "transactions", "groups", "sasl", "acl")
 
 API_VERSIONS = API_KEYS["ApiVersions"]
 PRODUCE = API_KEYS["Produce"]

@@ -17,7 +17,8 @@ renames the directory to a ``.deleted-*`` name first, so a crash never leaves ha
 Hooks for other modules: ``authorize`` (ACLs; allows everything until replaced),
 ``request_gates`` (called before each request; SASL refuses requests of unauthenticated
 connections there), ``extensions`` (a module's own broker-wide objects, e.g. the group
-coordinator) and ``on_close`` (callables run at stop).
+coordinator), ``txn_offset_sinks`` (where committed transactions' offsets go) and
+``on_close`` (callables run at stop).
 """
 
 from __future__ import annotations
@@ -166,6 +167,11 @@ class BrokerState:
         self.request_gates: list[Callable[[RequestContext], bool]] = []
         self.extensions: dict[str, Any] = {}
         self.on_close: list[Callable[[], None]] = []
+        #: ``sink(group_id, {(topic, partition): (offset, leader_epoch, metadata)})``: where a
+        #: committed transaction's offsets go (the group coordinator's offset store)
+        self.txn_offset_sinks: list[
+            Callable[[str, dict[tuple[str, int], tuple[int, int, str | None]]], None]
+        ] = []
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> None:
