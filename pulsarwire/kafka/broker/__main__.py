@@ -17,8 +17,8 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import NoReturn
 
+from pulsarwire._cli import OneLineParser, non_negative, positive
 from pulsarwire._log import DEFAULT_CACHE_BYTES, DEFAULT_MAX_OPEN_LOGS
 from pulsarwire.broker.net import BrokerStartError
 from pulsarwire.kafka.broker.server import Broker, load_plugins
@@ -30,27 +30,6 @@ MiB = 1024 * 1024
 PROG = "python -m pulsarwire.kafka.broker"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line (what is wrong, where to look) and exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not positive")
-    return value
-
-
 def _switch(text: str) -> bool:
     if text.lower() in ("true", "1", "yes", "on"):
         return True
@@ -60,32 +39,32 @@ def _switch(text: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="A single-node Kafka broker (pulsarwire).")
+    p = OneLineParser(prog=PROG, description="A single-node Kafka broker (pulsarwire).")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=_non_negative, default=9092, help="port; 0 picks a free one (default 9092)")
+    p.add_argument("--port", type=non_negative, default=9092, help="port; 0 picks a free one (default 9092)")
     p.add_argument(
         "--advertised-host", default=None, help="host clients are told in Metadata (default --host)"
     )
     p.add_argument("--data-dir", type=Path, default=None, help="keep topics here (default: in memory)")
-    p.add_argument("--node-id", type=_non_negative, default=1, help="this broker's node id (default 1)")
+    p.add_argument("--node-id", type=non_negative, default=1, help="this broker's node id (default 1)")
     p.add_argument(
         "--auto-create-topics", type=_switch, default=True, metavar="BOOL",
         help="auto.create.topics.enable: Metadata creates missing topics (default true)",
     )  # fmt: skip
     p.add_argument(
-        "--num-partitions", type=_positive, default=1, help="partitions of an auto-created topic (default 1)"
+        "--num-partitions", type=positive, default=1, help="partitions of an auto-created topic (default 1)"
     )
     p.add_argument(
-        "--max-request-bytes", type=_positive, default=DEFAULT_MAX_FRAME_SIZE,
+        "--max-request-bytes", type=positive, default=DEFAULT_MAX_FRAME_SIZE,
         help="socket.request.max.bytes: a larger request closes its connection (default 100 MiB)",
     )  # fmt: skip
     p.add_argument("--fsync", action="store_true", help="fsync every append (power-loss safety; slower)")
     p.add_argument(
-        "--cache-size-mb", type=_non_negative, default=DEFAULT_CACHE_BYTES // MiB,
+        "--cache-size-mb", type=non_negative, default=DEFAULT_CACHE_BYTES // MiB,
         help="record cache shared by all partitions (default 64)",
     )  # fmt: skip
     p.add_argument(
-        "--max-open-logs", type=_positive, default=DEFAULT_MAX_OPEN_LOGS,
+        "--max-open-logs", type=positive, default=DEFAULT_MAX_OPEN_LOGS,
         help="partition logs with an open file at once (default 256)",
     )  # fmt: skip
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
