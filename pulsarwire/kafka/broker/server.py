@@ -64,6 +64,9 @@ PLUGINS = ("handlers", "transactions", "groups", "sasl", "acl")
 API_VERSIONS = API_KEYS["ApiVersions"]
 PRODUCE = API_KEYS["Produce"]
 UNSUPPORTED_VERSION = 35
+#: bytes a connection's reader buffers before it stops reading the socket (a request larger than
+#: this is still read whole: reading resumes as the frame is taken)
+READ_BUFFER = 1 << 20
 _plugins_loaded: list[Any] = []
 
 
@@ -253,7 +256,7 @@ async def _listen(callback: Any, host: str, port: int) -> asyncio.Server:
     loop = asyncio.get_running_loop()
 
     def factory() -> asyncio.StreamReaderProtocol:
-        reader = asyncio.StreamReader(limit=1 << 16, loop=loop)
+        reader = asyncio.StreamReader(limit=READ_BUFFER, loop=loop)
         return asyncio.StreamReaderProtocol(reader, callback, loop=loop)
 
     return await listen(loop, factory, host, port)
