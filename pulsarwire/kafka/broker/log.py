@@ -32,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pulsarwire._log import EntryCache, OpenFiles, RecordFile
+from pulsarwire._log import EntryCache, OpenFiles, RecordFile, reason
+from pulsarwire.errors import StorageError
 from pulsarwire.kafka.codec.records import BATCH_HEADER, CONTROL, TRANSACTIONAL, control_type, decode_batch
 from pulsarwire.kafka.errors import KafkaProtocolError
 
@@ -103,7 +104,10 @@ class PartitionLog:
         self.aborted: list[tuple[int, int, int]] = []
         self._file: RecordFile | None = None
         if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StorageError(directory, f"cannot create the directory: {reason(exc)}") from None
             self._file = RecordFile(directory / RECORDS_FILE, cache=cache, files=files, fsync=fsync)
 
             def accept(offset: int, length: int, head: bytes, _fd: int) -> bool:

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from pulsarwire.kafka.broker.context import RequestContext
 
 TOPIC_FILE = "topic.json"
+DELETED = ".deleted-"  # a topic directory renamed so, then removed: the topic is gone
 PRODUCER_IDS_FILE = "producer-ids.json"
 MAX_TOPIC_NAME = 249
 LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
@@ -185,7 +186,11 @@ class BrokerState:
                 self._next_producer_id = int(json.loads(ids_file.read_text())["next"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StorageError(ids_file, f"cannot read the producer id counter: {exc}") from None
+        for doomed in (data_dir / "topics").glob(f"{DELETED}*"):
+            shutil.rmtree(doomed, ignore_errors=True)  # a deletion a crash interrupted
         for name in stored_topics(data_dir):
+            if name.startswith(DELETED):
+                continue
             path = topic_dir(data_dir, name)
             meta = path / TOPIC_FILE
             try:
@@ -284,7 +289,7 @@ class BrokerState:
         topic.close()
         if self.config.data_dir is not None:
             path = topic_dir(self.config.data_dir, name)
-            doomed = path.with_name(f".deleted-{uuid.uuid4().hex}")
+            doomed = path.with_name(f"{DELETED}{uuid.uuid4().hex}")
             try:
                 os.replace(path, doomed)
             except OSError as exc:

@@ -16,7 +16,7 @@ import pytest
 from pulsarwire.kafka.broker import Broker
 from pulsarwire.testing.process import kafka_broker_subprocess
 from tests.helpers.kafka_judge import run_judge
-from tests.helpers.kafka_raw import bystander
+from tests.helpers.kafka_raw import KafkaRaw, bystander
 
 CMD = [sys.executable, "-m", "pulsarwire.kafka.broker"]
 
@@ -73,6 +73,12 @@ def test_in_process_broker_restarts_on_its_data_dir(tmp_path: Path) -> None:
         assert broker.topic_names() == ["inproc"]
         result = run_judge("kafkapython", "consume", broker.bootstrap_servers, "inproc")
         assert result["ends"] == [12, 12, 12, 13, 12]
+        with KafkaRaw(broker.bootstrap_servers) as conn:
+            deleted = conn.request("DeleteTopics", 6, {"topics": [{"name": "inproc"}], "timeout_ms": 1000})
+            assert deleted["responses"][0]["error_code"] == 0
+        broker.restart()
+        assert broker.topic_names() == []  # a deleted topic stays deleted
+        assert list((tmp_path / "topics").iterdir()) == []
 
 
 def test_the_kafka_broker_fixture_serves_a_judge(kafka_broker: Broker) -> None:
