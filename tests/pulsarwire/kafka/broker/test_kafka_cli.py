@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pulsarwire.kafka.broker import Broker
+from pulsarwire.kafka.errors import ERROR_CODES as E
 from pulsarwire.testing.process import kafka_broker_subprocess
 from tests.helpers.kafka_judge import run_judge
 from tests.helpers.kafka_raw import KafkaRaw, bystander
@@ -85,3 +86,16 @@ def test_the_kafka_broker_fixture_serves_a_judge(kafka_broker: Broker) -> None:
     kafka_broker.create_topic("fixture", 1)
     result = run_judge("aiokafka", "consume", kafka_broker.bootstrap_servers, "fixture")
     assert result == {"records": [], "ends": [0]}
+
+
+def test_auto_create_off_leaves_missing_topics_missing() -> None:
+    with (
+        kafka_broker_subprocess("--auto-create-topics", "false") as (address, _proc),
+        KafkaRaw(address) as conn,
+    ):
+        answer = conn.request(
+            "Metadata", 12, {"topics": [{"name": "absent"}], "allow_auto_topic_creation": True}
+        )
+        assert answer["topics"][0]["error_code"] == E["UNKNOWN_TOPIC_OR_PARTITION"]
+        listed = conn.request("Metadata", 12, {"topics": None, "allow_auto_topic_creation": True})
+        assert listed["topics"] == []
