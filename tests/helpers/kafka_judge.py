@@ -14,6 +14,9 @@ answer. Scenarios:
   codec's position; then reads each partition back with ``assign`` + seek to the beginning, and
   reads from a given offset, from the end (after one more record) and by timestamp.
 - ``consume``: read every partition of TOPIC from the beginning (restart tests).
+- ``txn``: a transactional producer commits a transaction of three records, aborts the next,
+  commits a third; then ``read_committed`` and ``read_uncommitted`` consumers read partition 0
+  (the keys they get, and the end offset). Needs FindCoordinator (the group coordinator's API).
 
 Everything is kept small: a judge run costs about a second, most of it the client's start.
 """
@@ -129,6 +132,9 @@ def confluent(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
         out["delete_again"] = code(admin.delete_topics([f"{topic}-gone"])[f"{topic}-gone"])
         return out
 
+    if scenario == "txn":
+        return _confluent_txn(bootstrap, topic)
+
     if scenario == "consume":
         c = consumer()
         md = c.list_topics(topic, timeout=DEADLINE).topics[topic]
@@ -163,6 +169,45 @@ def confluent(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
     p.flush(DEADLINE)
     out["latest"] = read(c, 1)
     c.close()
+    return out
+
+
+def _confluent_txn(bootstrap: str, topic: str) -> dict[str, Any]:
+    """Commit one transaction, abort the next, commit a third; read back committed and not."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 5})
+    p.init_transactions(DEADLINE)
+    for name, commit in (("first", True), ("second", False), ("third", True)):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(topic, key=f"{name}-{i}", value=name, partition=0)
+        if commit:
+            p.commit_transaction(DEADLINE)
+        else:
+            p.flush(DEADLINE)
+            p.abort_transaction(DEADLINE)
+    out: dict[str, Any] = {}
+    for level in ("read_committed", "read_uncommitted"):
+        c = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "judge-unused", "enable.auto.commit": False,
+             "isolation.level": level, "enable.partition.eof": True}
+        )  # fmt: skip
+        c.assign([TopicPartition(topic, 0, -2)])
+        got: list[str] = []
+        deadline = time.monotonic() + DEADLINE
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == -191:  # _PARTITION_EOF: everything read
+                    break
+                raise RuntimeError(str(m.error()))
+            got.append(_s(m.key()) or "")
+        out[level] = got
+        out[f"{level}_end"] = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=DEADLINE)[1]
+        c.close()
     return out
 
 
@@ -212,6 +257,35 @@ def kafkapython(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
         out["delete"] = code(admin.delete_topics, [f"{topic}-gone"])
         out["delete_again"] = code(admin.delete_topics, [f"{topic}-gone"])
         admin.close()
+        return out
+
+    if scenario == "txn":
+        p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-tx")
+        p.init_transactions()
+        for name, commit in (("first", True), ("second", False), ("third", True)):
+            p.begin_transaction()
+            for i in range(3):
+                p.send(topic, key=f"{name}-{i}".encode(), value=name.encode(), partition=0)
+            if commit:
+                p.commit_transaction()
+            else:
+                p.flush()
+                p.abort_transaction()
+        p.close()
+        out = {}
+        for level in ("read_committed", "read_uncommitted"):
+            c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=level)
+            tp = TopicPartition(topic, 0)
+            c.assign([tp])
+            c.seek_to_beginning()
+            end = c.end_offsets([tp])[tp]
+            got: list[str] = []
+            deadline = time.monotonic() + DEADLINE
+            while c.position(tp) < end and time.monotonic() < deadline:
+                got.extend(_s(m.key) or "" for msgs in c.poll(timeout_ms=200).values() for m in msgs)
+            out[level] = got
+            out[f"{level}_end"] = end
+            c.close()
         return out
 
     if scenario == "consume":
@@ -316,6 +390,36 @@ async def _aiokafka(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]
         out["delete_again"] = await code(admin.delete_topics([f"{topic}-gone"]))
         await admin.close()
         return out
+
+    if scenario == "txn":
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-tx")
+        await p.start()
+        for name, commit in (("first", True), ("second", False), ("third", True)):
+            await p.begin_transaction()
+            for i in range(3):
+                await p.send_and_wait(topic, key=f"{name}-{i}".encode(), value=name.encode(), partition=0)
+            if commit:
+                await p.commit_transaction()
+            else:
+                await p.abort_transaction()
+        await p.stop()
+        txn_out: dict[str, Any] = {}
+        for level in ("read_committed", "read_uncommitted"):
+            c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=level)
+            await c.start()
+            tp = TopicPartition(topic, 0)
+            c.assign([tp])
+            await c.seek_to_beginning(tp)
+            end = (await c.end_offsets([tp]))[tp]
+            got: list[str] = []
+            deadline = time.monotonic() + DEADLINE
+            while await c.position(tp) < end and time.monotonic() < deadline:
+                batches = await c.getmany(timeout_ms=200)
+                got.extend(_s(m.key) or "" for msgs in batches.values() for m in msgs)
+            txn_out[level] = got
+            txn_out[f"{level}_end"] = end
+            await c.stop()
+        return txn_out
 
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await c.start()
