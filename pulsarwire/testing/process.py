@@ -97,11 +97,19 @@ def kafka_broker_process(
 
 @contextlib.contextmanager
 def kafka_broker_subprocess(
-    *args: str, start_timeout: float = 30.0, stderr: Any = subprocess.DEVNULL
+    *args: str,
+    start_timeout: float = 30.0,
+    stderr: Any = subprocess.DEVNULL,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """:func:`kafka_broker_process` that also yields the process (to signal or kill it)."""
     with broker_subprocess(
-        *args, start_timeout=start_timeout, stderr=stderr, module="pulsarwire.kafka.broker", ready=KAFKA_READY
+        *args,
+        start_timeout=start_timeout,
+        stderr=stderr,
+        preexec_fn=preexec_fn,
+        module="pulsarwire.kafka.broker",
+        ready=KAFKA_READY,
     ) as found:
         yield found
 

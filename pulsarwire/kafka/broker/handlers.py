@@ -22,6 +22,7 @@ Error codes are Kafka's, by name (``ERROR_CODES``). A few rules worth knowing:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 Body = dict[str, Any]
 E = ERROR_CODES
+logger = logging.getLogger("pulsarwire.kafka.broker")
 NO_ID = bytes(16)
 
 #: Kafka's topic config names (TopicConfig.java): CreateTopics refuses others with INVALID_CONFIG.
@@ -220,6 +222,7 @@ def _produce_partition(
     try:
         info = log.append(records)
     except StorageError as exc:
+        logger.error("Produce to %s-%d refused: %s", name, index, exc)
         answer["error_code"] = E["KAFKA_STORAGE_ERROR"]
         answer["error_message"] = str(exc)
         return answer

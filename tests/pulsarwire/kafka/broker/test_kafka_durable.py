@@ -6,18 +6,21 @@ acknowledged. The producer state survives too: a retry of a batch acknowledged b
 is answered with its original offset and not appended again, and a gap is still a gap. Then a
 SIGTERM (exit status 143), a third start, and aiokafka reads the same records. A torn tail (half
 a record at the end of a partition's file, as a crash mid-write leaves) is cut off at start.
+A disk that fills up mid-stream answers KAFKA_STORAGE_ERROR and keeps everything acknowledged.
 """
 
 from __future__ import annotations
 
+import resource
 import signal
 from pathlib import Path
 from typing import Any
 
+from pulsarwire.kafka.codec import records
 from pulsarwire.kafka.errors import ERROR_CODES as E
 from pulsarwire.testing.process import kafka_broker_subprocess
 from tests.helpers.kafka_judge import CODECS, PER_CODEC, expected_records, run_judge
-from tests.helpers.kafka_raw import KafkaRaw, batch, fetch, produce
+from tests.helpers.kafka_raw import KafkaRaw, batch, bystander, fetch, produce
 
 TOPIC = "durable"
 
@@ -71,3 +74,46 @@ def test_kill_9_and_restarts_lose_nothing_acknowledged(tmp_path: Path) -> None:
         check(run_judge("aiokafka", "consume", address, TOPIC))
         with KafkaRaw(address) as conn:
             assert produce(conn, TOPIC, 0, batch([b"after"]))["base_offset"] == PER_CODEC
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+
+def test_a_full_disk_answers_storage_error_and_keeps_everything_acknowledged(tmp_path: Path) -> None:
+    """The broker process may write 256 KiB a file: a partition's log fills up mid-stream."""
+    data, stderr = tmp_path / "data", tmp_path / "broker.err"
+    stored: list[bytes] = []
+    with (
+        stderr.open("w") as err,
+        kafka_broker_subprocess("--data-dir", str(data), preexec_fn=_limit_file_size, stderr=err) as (
+            address,
+            _p,
+        ),
+        KafkaRaw(address) as conn,
+    ):
+        created = conn.request(
+            "CreateTopics", 7, {"topics": [{"name": "full", "num_partitions": 1, "replication_factor": 1}]}
+        )
+        assert created["topics"][0]["error_code"] == 0
+        refused = None
+        for i in range(400):
+            value = b"%05d" % i * 200  # 1000 bytes
+            answer = produce(conn, "full", 0, batch([value]))
+            if answer["error_code"]:
+                refused = answer
+                break
+            assert answer["base_offset"] == i
+            stored.append(value)
+        assert refused is not None, "the file size limit was never reached"
+        assert refused["error_code"] == E["KAFKA_STORAGE_ERROR"]
+        assert bystander(address)["error_code"] == 0
+        assert fetch(conn, "full", [(0, 0)])[0]["high_watermark"] == len(stored)
+    assert " ERROR " in stderr.read_text() and "full-0" in stderr.read_text()
+    with kafka_broker_subprocess("--data-dir", str(data)) as (address, _p), KafkaRaw(address) as conn:
+        got = []
+        while len(got) < len(stored):
+            part = fetch(conn, "full", [(0, len(got))])[0]
+            got.extend(r.value for b in records.decode_batches(part["records"]) for r in b.records)
+        assert got == stored
+        assert produce(conn, "full", 0, batch([b"after"]))["base_offset"] == len(stored)
