@@ -103,11 +103,11 @@ class PartitionLog:
         #: (producer id, first offset, offset of the ABORT marker), in marker order
         self.aborted: list[tuple[int, int, int]] = []
         self._file: RecordFile | None = None
+        self._directory = directory
+        self._made = (
+            False  # the directory is made at the first append: a topic of many partitions costs nothing
+        )
         if directory is not None:
-            try:
-                directory.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StorageError(directory, f"cannot create the directory: {reason(exc)}") from None
             self._file = RecordFile(directory / RECORDS_FILE, cache=cache, files=files, fsync=fsync)
 
             def accept(offset: int, length: int, head: bytes, _fd: int) -> bool:
@@ -179,6 +179,15 @@ class PartitionLog:
         info = batch_info(stored)
         pos = 0
         if self._file is not None:
+            if not self._made:
+                assert self._directory is not None
+                try:
+                    self._directory.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StorageError(
+                        self._directory, f"cannot create the directory: {reason(exc)}"
+                    ) from None
+                self._made = True
             pos = self._file.append([stored])
         else:
             self._bodies.append(stored)
