@@ -44,6 +44,7 @@ from pulsarwire._log import (
     stored_topics,
     topic_dir,
 )
+from pulsarwire.broker.net import BrokerStartError
 from pulsarwire.errors import StorageError
 from pulsarwire.kafka.broker.log import BatchInfo, PartitionLog
 from pulsarwire.kafka.broker.producers import ProducerStates
@@ -185,7 +186,7 @@ class BrokerState:
             if ids_file.exists():
                 self._next_producer_id = int(json.loads(ids_file.read_text())["next"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise StorageError(ids_file, f"cannot read the producer id counter: {exc}") from None
+            raise unreadable(ids_file, "the producer id counter", exc) from None
         for doomed in (data_dir / "topics").glob(f"{DELETED}*"):
             shutil.rmtree(doomed, ignore_errors=True)  # a deletion a crash interrupted
         for name in stored_topics(data_dir):
@@ -195,14 +196,13 @@ class BrokerState:
             meta = path / TOPIC_FILE
             try:
                 info = json.loads(meta.read_text())
+                configs = {str(k): str(v) for k, v in info["configs"].items()}
+                topic, count = Topic(name, bytes.fromhex(info["id"]), configs), int(info["partitions"])
             except FileNotFoundError:
                 continue  # created, never finished: it never existed for a client
-            except (OSError, ValueError) as exc:
-                raise StorageError(meta, f"cannot read the topic: {exc}") from None
-            topic = Topic(
-                name, bytes.fromhex(info["id"]), {str(k): str(v) for k, v in info["configs"].items()}
-            )
-            for p in range(int(info["partitions"])):
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise unreadable(meta, f"topic {name!r}", exc) from None
+            for p in range(count):
                 topic.partitions.append(self._open_partition(name, p, path))
             self.topics[name] = topic
             self.topics_by_id[topic.id] = topic
@@ -337,6 +337,15 @@ class BrokerState:
                     waiting.discard(fut)
                     if not waiting:
                         del self._waiters[key]
+
+
+def unreadable(path: Path, what: str, exc: BaseException) -> BrokerStartError:
+    """The one-line start error for a state file of the data dir that cannot be read."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+    return BrokerStartError(
+        f"cannot read {what} from {path}: {why} (repair the file, or move it out of the data dir"
+        " to start without what it held)"
+    )
 
 
 def _write_json(path: Path, value: Any) -> None:
