@@ -228,6 +228,11 @@ class KafkaServer:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         assert self.state is not None
+        limit = self.config.max_connections
+        if limit and len(self._connections) >= limit:
+            log.warning("refusing a connection: %d are open (--max-connections)", limit)
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)

@@ -94,6 +94,8 @@ class KafkaBrokerConfig:
     max_request_bytes: int = DEFAULT_MAX_FRAME_SIZE
     #: ``message.max.bytes``-like bound on one decompressed batch while validating it
     max_batch_bytes: int = 64 * 1024 * 1024
+    #: ``max.connections``: connections beyond this many are closed at once (0: no limit)
+    max_connections: int = 0
     #: fsync every append (power-loss safety); without it appends reach the OS before the answer
     fsync: bool = False
     entry_cache_size: int = DEFAULT_CACHE_BYTES

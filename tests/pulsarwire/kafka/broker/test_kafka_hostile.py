@@ -9,6 +9,7 @@ decompressed sizes) are the codec's business and tested there (tests/pulsarwire/
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -80,3 +81,25 @@ def test_a_slow_sender_does_not_hold_up_others(address: str) -> None:
         for _ in range(3):
             assert bystander(address)["error_code"] == 0
         assert not is_closed(conn, timeout=0.3)
+
+
+def test_connections_beyond_the_limit_are_closed_and_a_freed_slot_is_used() -> None:
+    with kafka_broker_subprocess("--max-connections", "2") as (address, _proc):
+        first, second = KafkaRaw(address), KafkaRaw(address)
+        try:
+            for conn in (first, second):
+                assert conn.request("ApiVersions", 3, {"client_software_name": "t"})["error_code"] == 0
+            with KafkaRaw(address) as third:
+                assert is_closed(third)
+            first.close()
+            deadline = time.monotonic() + 10
+            while True:  # the broker learns of the close when it reads the socket's end
+                try:
+                    assert bystander(address)["error_code"] == 0
+                    break
+                except ConnectionError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+        finally:
+            first.close()
+            second.close()
