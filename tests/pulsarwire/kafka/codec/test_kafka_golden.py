@@ -41,7 +41,10 @@ def test_all_three_clients_are_captured() -> None:
     }
     for client, apis in by_client.items():
         assert everyday <= apis, (client, everyday - apis)
-    assert set().union(*by_client.values()) == set(messages.API_KEYS)  # all 25 APIs, from real clients
+    # the 25 APIs of the clients' everyday work, from real clients; the group admin APIs the broker
+    # added (DeleteGroups, OffsetDelete) are exercised by the broker's judge tests instead
+    admin_only = {"DeleteGroups", "OffsetDelete"}
+    assert set().union(*by_client.values()) == set(messages.API_KEYS) - admin_only
 
 
 @pytest.mark.parametrize("path", FRAMES, ids=lambda p: p.stem)
