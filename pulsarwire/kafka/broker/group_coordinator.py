@@ -32,6 +32,7 @@ The request handlers (one per API, bodies as the codec's dicts) live in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import struct
 import time
@@ -40,6 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pulsarwire.errors import StorageError
 from pulsarwire.kafka.broker.group_store import (
     CommittedOffset,
     GroupRecord,
@@ -395,7 +397,7 @@ class GroupCoordinator:
     def _persist_group(self, g: Group) -> None:
         try:
             self.store.append([g.record().to_json()])
-        except OSError as exc:
+        except StorageError as exc:
             # Kafka too carries on when the metadata write fails (members rejoin after a restart)
             log.error("group %s: its metadata could not be written: %s", g.group_id, exc)
 
@@ -412,7 +414,7 @@ class GroupCoordinator:
         if self.store.should_rewrite():
             try:
                 self.store.rewrite(self._stored_state())
-            except OSError as exc:
+            except StorageError as exc:
                 log.error("the group log could not be compacted: %s", exc)
 
     def close(self) -> None:
@@ -475,7 +477,9 @@ class GroupCoordinator:
             return True
         member = g.members.get(member_id)
         if g.state == PREPARING_REBALANCE:
-            return (member is not None and member.awaiting_join) or g.awaiting_join_count() < self.config.max_size
+            return (
+                member is not None and member.awaiting_join
+            ) or g.awaiting_join_count() < self.config.max_size
         return member is not None or len(g.members) < self.config.max_size
 
     def _join_new(
@@ -488,7 +492,7 @@ class GroupCoordinator:
         require_known_member_id: bool,
         supports_skip_assignment: bool,
     ) -> dict[str, Any] | None:
-        instance_id, protocol_type, protocols, session_ms, rebalance_ms = request
+        instance_id, protocol_type, protocols, session_ms, _ = request
         if g.state == DEAD:
             return _join_error("", "COORDINATOR_NOT_AVAILABLE")
         if not g.supports(protocol_type, protocols):
@@ -514,7 +518,7 @@ class GroupCoordinator:
         client_host: str,
         waiter: asyncio.Future[dict[str, Any]],
     ) -> dict[str, Any] | None:
-        instance_id, protocol_type, protocols, session_ms, rebalance_ms = request
+        instance_id, protocol_type, protocols, _, _ = request
         if g.state == DEAD:
             return _join_error(member_id, "COORDINATOR_NOT_AVAILABLE")
         if not g.supports(protocol_type, protocols):
@@ -543,10 +547,16 @@ class GroupCoordinator:
             return _join_error(member_id, "UNKNOWN_MEMBER_ID")
         return None
 
-    def _join_answer(self, g: Group, member_id: str, *, leader_view: bool, skip: bool = False) -> dict[str, Any]:
+    def _join_answer(
+        self, g: Group, member_id: str, *, leader_view: bool, skip: bool = False
+    ) -> dict[str, Any]:
         members = (
             [
-                {"member_id": m.member_id, "group_instance_id": m.instance_id, "metadata": m.metadata(g.protocol_name)}
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.instance_id,
+                    "metadata": m.metadata(g.protocol_name),
+                }
                 for m in g.members.values()
             ]
             if leader_view
@@ -718,7 +728,9 @@ class GroupCoordinator:
         for m in g.members.values():
             if m.join_waiter is not None:
                 if not m.join_waiter.done():
-                    m.join_waiter.set_result(self._join_answer(g, m.member_id, leader_view=g.leader == m.member_id))
+                    m.join_waiter.set_result(
+                        self._join_answer(g, m.member_id, leader_view=g.leader == m.member_id)
+                    )
                 m.join_waiter = None
             m.deadline = now + m.session_timeout_ms
             m.is_new = False
@@ -749,7 +761,12 @@ class GroupCoordinator:
         """The earliest clock value at which :meth:`poll` has something to do."""
         best: float | None = None
         for g in self.groups.values():
-            for d in (g.join_deadline, g.sync_deadline, *g.pending.values(), *(m.deadline for m in g.members.values())):
+            for d in (
+                g.join_deadline,
+                g.sync_deadline,
+                *g.pending.values(),
+                *(m.deadline for m in g.members.values()),
+            ):
                 if d is not None and (best is None or d < best):
                     best = d
         return best
@@ -776,7 +793,9 @@ class GroupCoordinator:
                     self._prepare_or_complete(g)
                 elif g.state == PREPARING_REBALANCE and g.all_joined():
                     self._complete_join(g)
-            if g.join_deadline is not None and g.join_deadline <= now and g.state == PREPARING_REBALANCE:
+            if g.join_deadline is not None and g.state != PREPARING_REBALANCE:
+                g.join_deadline = None
+            if g.join_deadline is not None and g.join_deadline <= now:
                 if g.initial_delay is not None:
                     delay, remaining = g.initial_delay
                     if g.new_member_added and remaining:
@@ -790,10 +809,10 @@ class GroupCoordinator:
                 g.sync_deadline = None
                 if g.state in (COMPLETING_REBALANCE, STABLE) and g.pending_sync:
                     for member_id in list(g.pending_sync):
-                        member = g.members.get(member_id)
-                        if member is not None:
+                        late = g.members.get(member_id)
+                        if late is not None:
                             log.info("group %s: member %s did not sync in time", g.group_id, member_id)
-                            self._remove_member(g, member)
+                            self._remove_member(g, late)
                     g.pending_sync.clear()
                     self._prepare_rebalance(g)
 
@@ -942,7 +961,7 @@ class GroupCoordinator:
         return metadata is not None and len(metadata) > self.config.offset_metadata_max_bytes
 
     def commit(self, g: Group, parts: list[OffsetCommitPart]) -> None:
-        """Store offsets (one append, flushed before returning); raises OSError if the write fails."""
+        """Store offsets (one append, flushed before returning); raises StorageError if the write fails."""
         if not parts:
             return
         now_ms = self.wall_clock_ms()
@@ -977,7 +996,7 @@ class GroupCoordinator:
             return E["NON_EMPTY_GROUP"]
         try:
             self.store.append([group_delete_record(group_id)], live_delta=-(len(g.offsets) + 1))
-        except OSError as exc:
+        except StorageError as exc:
             log.error("group %s: its deletion could not be written: %s", group_id, exc)
             return E["COORDINATOR_NOT_AVAILABLE"]
         g.transition(DEAD)
@@ -996,9 +1015,11 @@ class GroupCoordinator:
         return g
 
     def delete_offsets(self, g: Group, parts: list[tuple[str, int]]) -> None:
-        """Forget the offsets of ``parts``; raises OSError if the tombstones cannot be written."""
+        """Forget the offsets of ``parts``; raises StorageError if the tombstones cannot be written."""
         present = [key for key in parts if key in g.offsets]
-        self.store.append((offset_delete_record(g.group_id, t, p) for t, p in present), live_delta=-len(present))
+        self.store.append(
+            (offset_delete_record(g.group_id, t, p) for t, p in present), live_delta=-len(present)
+        )
         for key in present:
             g.offsets.pop(key, None)
 
@@ -1013,12 +1034,14 @@ async def run_timer(coordinator: GroupCoordinator, *, max_sleep_s: float = 1.0) 
     while True:
         coordinator.poll()
         deadline = coordinator.next_deadline()
-        sleep = max_sleep_s if deadline is None else min(max((deadline - coordinator.clock()) / 1000.0, 0.0), max_sleep_s)
+        sleep = (
+            max_sleep_s
+            if deadline is None
+            else min(max((deadline - coordinator.clock()) / 1000.0, 0.0), max_sleep_s)
+        )
         wake.clear()
         if sleep > 0:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout=sleep)
-            except TimeoutError:
-                pass
         else:
             await asyncio.sleep(0)

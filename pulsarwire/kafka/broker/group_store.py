@@ -1,24 +1,22 @@
 """Durable state of the group coordinator: committed offsets and group metadata, as a record log.
 
-Kafka keeps both in the ``__consumer_offsets`` topic; we keep them in one append-only file,
-``DATA_DIR/__groups/groups.log``. Each line is one record::
-
-    CRC32 (8 hex digits) SPACE JSON NEWLINE
-
-with the CRC (zlib's CRC-32) over the JSON text. Records:
+Kafka keeps both in the ``__consumer_offsets`` topic; we keep them in one append-only
+:class:`~pulsarwire._log.RecordFile` (the brokers' shared checksummed log: length, CRC32C,
+payload), ``DATA_DIR/__groups/groups.log``. Each record's payload is a JSON list of entries
+written together (one OffsetCommit is one record, so it is all there after a crash or not at all):
 
 - ``{"k": "o", "g": group, "t": topic, "p": partition, "o": offset, "e": leader_epoch,
-  "m": metadata, "ts": commit_ms}`` — a committed offset (the latest one for a partition wins);
-- ``{"k": "od", "g": group, "t": topic, "p": partition}`` — the offset was deleted;
-- ``{"k": "g", "g": group, ...}`` — the group's metadata as :meth:`GroupRecord.to_json` writes it
+  "m": metadata, "ts": commit_ms}`` -- a committed offset (the latest one for a partition wins);
+- ``{"k": "od", "g": group, "t": topic, "p": partition}`` -- the offset was deleted;
+- ``{"k": "g", "g": group, ...}`` -- the group's metadata as :meth:`GroupRecord.to_json` writes it
   (generation, protocol, leader, members with their subscription and assignment, base64);
-- ``{"k": "gd", "g": group}`` — the group and its offsets were deleted.
+- ``{"k": "gd", "g": group}`` -- the group and its offsets were deleted.
 
-An append is one ``write`` of whole lines, flushed before the caller acknowledges (so an
-acknowledged commit survives ``kill -9`` of the broker; ``fsync=True`` also survives a power
-loss). Loading replays the log; a line whose CRC or JSON is bad ends the replay there (a torn
-tail after a crash) and the file is cut back to the last good line. When dead records outnumber
-live ones the log is rewritten (temporary file, fsync, rename).
+An append reaches the OS before the caller acknowledges (an acknowledged commit survives
+``kill -9`` of the broker; ``fsync=True`` also survives a power loss). Loading replays the log;
+the record file cuts a torn or corrupt tail, and a record whose JSON we cannot read ends the
+replay there too. When dead entries outnumber live ones the log is rewritten (a new file,
+fsync, rename).
 """
 
 from __future__ import annotations
@@ -27,17 +25,19 @@ import base64
 import json
 import logging
 import os
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pulsarwire._log import EntryCache, OpenFiles, RecordFile
+from pulsarwire.errors import StorageError
+
 log = logging.getLogger(__name__)
 
 DIR_NAME = "__groups"
 LOG_NAME = "groups.log"
-#: a rewrite happens only once the log holds at least this many records
+#: a rewrite happens only once the log holds at least this many entries
 COMPACT_MIN_RECORDS = 1000
 
 
@@ -124,22 +124,8 @@ class StoredState:
     offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
 
 
-def _line(record: dict[str, Any]) -> bytes:
-    text = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    return b"%08x %s\n" % (zlib.crc32(text), text)
-
-
-def _parse(line: bytes) -> dict[str, Any] | None:
-    if len(line) < 10 or line[8:9] != b" " or not line.endswith(b"\n"):
-        return None
-    text = line[9:-1]
-    try:
-        if int(line[:8], 16) != zlib.crc32(text):
-            return None
-        record = json.loads(text)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+def _payload(records: Iterable[dict[str, Any]]) -> bytes:
+    return json.dumps(list(records), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 class GroupStore:
@@ -148,39 +134,53 @@ class GroupStore:
     def __init__(self, data_dir: Path | None, *, fsync: bool = False) -> None:
         self.path = None if data_dir is None else Path(data_dir) / DIR_NAME / LOG_NAME
         self.fsync = fsync
-        self._fd: int | None = None
-        self._records = 0
+        self._file: RecordFile | None = None
+        self._files = OpenFiles(1)
+        self._entries = 0
         self._live = 0
 
+    def _open(self, path: Path) -> RecordFile:
+        return RecordFile(path, cache=EntryCache(0), files=self._files, fsync=self.fsync)
+
     def load(self) -> StoredState:
-        """Replay the log; raises OSError when the directory cannot be read or created."""
+        """Replay the log; raises StorageError when it cannot be read (or its directory made)."""
         state = StoredState()
         if self.path is None:
             return state
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        good = 0
-        records = 0
-        if self.path.exists():
-            with self.path.open("rb") as f:
-                for line in f:
-                    record = _parse(line)
-                    if record is None or not self._apply(state, record):
-                        log.warning(
-                            "%s: a damaged record at byte %d ends the replay (a write cut by a crash);"
-                            " the %d bytes after it are dropped",
-                            self.path,
-                            good,
-                            self.path.stat().st_size - good,
-                        )
-                        break
-                    good += len(line)
-                    records += 1
-            if good != self.path.stat().st_size:
-                os.truncate(self.path, good)
-        self._records = records
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(
+                self.path.parent, f"cannot create the groups directory: {exc.strerror}"
+            ) from None
+        entries = 0
+
+        def accept(offset: int, length: int, head: bytes, fd: int) -> bool:
+            nonlocal entries
+            data = (
+                head if len(head) == length else head + os.pread(fd, length - len(head), offset + len(head))
+            )
+            try:
+                records = json.loads(data)
+            except ValueError:
+                records = None
+            if not isinstance(records, list) or not all(
+                isinstance(r, dict) and self._apply(state, r) for r in records
+            ):
+                log.warning(
+                    "%s: an unreadable record at byte %d ends the replay; the rest is dropped",
+                    self.path,
+                    offset,
+                )
+                return False
+            entries += len(records)
+            return True
+
+        self._file = self._open(self.path)
+        self._file.recover(accept)
+        self._entries = entries
         self._live = len(state.groups) + sum(len(o) for o in state.offsets.values())
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if self._records >= COMPACT_MIN_RECORDS and self._records > 2 * self._live:
+        if self.should_rewrite():
             self.rewrite(state)
         return state
 
@@ -207,54 +207,58 @@ class GroupStore:
         return True
 
     def append(self, records: Iterable[dict[str, Any]], *, live_delta: int = 0) -> None:
-        """Write records as one append, flushed (and fsynced when asked) before returning.
+        """Write ``records`` as one record of the log, in the OS (fsynced when asked) on return.
 
-        Raises OSError (disk full, read-only): the caller answers with an error, nothing is acked.
+        Raises StorageError (disk full, read-only...): the caller answers with an error, nothing
+        is acknowledged, and the log is as before.
         """
-        lines = [_line(r) for r in records]
-        if not lines or self.path is None:
+        batch = list(records)
+        if not batch or self._file is None:
             return
-        assert self._fd is not None, "load() first"
-        data = b"".join(lines)
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        if self.fsync:
-            os.fsync(self._fd)
-        self._records += len(lines)
+        self._file.append([_payload(batch)])
+        self._entries += len(batch)
         self._live = max(self._live + live_delta, 0)
 
     def should_rewrite(self) -> bool:
-        return self._records >= COMPACT_MIN_RECORDS and self._records > 2 * max(self._live, 1)
+        return self._entries >= COMPACT_MIN_RECORDS and self._entries > 2 * max(self._live, 1)
 
     def rewrite(self, state: StoredState) -> None:
-        """Replace the log by the live records of ``state`` (atomic: temp file, fsync, rename)."""
+        """Replace the log by the live entries of ``state`` (a new file, fsync, rename).
+
+        Raises StorageError; the old log is then still in place.
+        """
         if self.path is None:
             return
         records: list[dict[str, Any]] = [g.to_json() for g in state.groups.values()]
         for group, offsets in state.offsets.items():
-            records.extend(offset_record(group, topic, partition, o) for (topic, partition), o in offsets.items())
-        tmp = self.path.with_suffix(".tmp")
-        with tmp.open("wb") as f:
-            f.write(b"".join(_line(r) for r in records))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            records.extend(
+                offset_record(group, topic, partition, o) for (topic, partition), o in offsets.items()
+            )
+        tmp = self.path.with_suffix(".rewrite")
+        tmp.unlink(missing_ok=True)
+        new = RecordFile(tmp, cache=EntryCache(0), files=OpenFiles(1), fsync=True)
         try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._records = self._live = len(records)
+            for i in range(0, len(records), 1000):
+                new.append([_payload(records[i : i + 1000])])
+            new.close()
+            os.replace(tmp, self.path)
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            raise StorageError(self.path, f"cannot rewrite the group log: {exc.strerror}") from None
+        if self._file is not None:
+            self._file.close()
+        self._file = self._open(self.path)
+        self._file.end = os.stat(self.path).st_size
+        self._entries = self._live = len(records)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def offset_record(group: str, topic: str, partition: int, o: CommittedOffset) -> dict[str, Any]:
