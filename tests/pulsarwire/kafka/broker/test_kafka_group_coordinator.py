@@ -16,10 +16,10 @@ import pytest
 
 from pulsarwire.kafka.broker.group_coordinator import (
     COMPLETING_REBALANCE,
-    E,
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
+    E,
     GroupConfig,
     GroupCoordinator,
     GroupError,
@@ -86,6 +86,26 @@ def join(
     )
 
 
+def sync(
+    gc: GroupCoordinator,
+    generation: int,
+    member: str,
+    assignments: list[tuple[str, bytes]] | None = None,
+    *,
+    instance: str | None = None,
+    names: tuple[str | None, str | None] = (None, None),
+) -> Awaitable[dict[str, Any]]:
+    return gc.sync(
+        "g",
+        generation,
+        member,
+        instance_id=instance,
+        protocol_type=names[0],
+        protocol_name=names[1],
+        assignments=assignments or [],
+    )
+
+
 async def new_member(gc: GroupCoordinator, clock: Clock, **kw: Any) -> asyncio.Task[dict[str, Any]]:
     """KIP-394: the first JoinGroup gets MEMBER_ID_REQUIRED and an id; the second joins."""
     first = await join(gc, **kw)
@@ -109,9 +129,9 @@ def test_one_member_joins_syncs_and_heartbeats() -> None:
         me = answer["member_id"]
         assert gc.groups["g"].state == COMPLETING_REBALANCE
         assert gc.heartbeat("g", 1, me, None) == 0  # heartbeats are fine while completing
-        sync = await gc.sync("g", 1, me, instance_id=None, protocol_type="consumer", protocol_name="range",
+        answer = await gc.sync("g", 1, me, instance_id=None, protocol_type="consumer", protocol_name="range",
                              assignments=[(me, b"plan")])  # fmt: skip
-        assert sync == {
+        assert answer == {
             "error_code": 0,
             "protocol_type": "consumer",
             "protocol_name": "range",
@@ -149,11 +169,10 @@ async def stable_group(
     answers = await asyncio.gather(*tasks)
     leader = answers[0]["leader"]
     ids = [a["member_id"] for a in answers]
-    followers = [asyncio.ensure_future(gc.sync("g", answers[0]["generation_id"], m, instance_id=None, protocol_type=None,
-                                               protocol_name=None, assignments=[])) for m in ids if m != leader]  # fmt: skip
+    generation = answers[0]["generation_id"]
+    followers = [asyncio.ensure_future(sync(gc, generation, m)) for m in ids if m != leader]
     await settle()
-    await gc.sync("g", answers[0]["generation_id"], leader, instance_id=None, protocol_type=None, protocol_name=None,
-                  assignments=[(m, m.encode()) for m in ids])  # fmt: skip
+    await sync(gc, generation, leader, [(m, m.encode()) for m in ids])
     for f in followers:
         assert (await f)["error_code"] == 0
     assert gc.groups["g"].state == STABLE
@@ -185,12 +204,10 @@ def test_followers_wait_for_the_leaders_assignment() -> None:
         ja, jb = await a, await b
         assert ja["leader"] == jb["leader"] == ja["member_id"]
         assert len(ja["members"]) == 2 and jb["members"] == []
-        follower = asyncio.ensure_future(gc.sync("g", 1, jb["member_id"], instance_id=None, protocol_type=None,
-                                                 protocol_name=None, assignments=[]))  # fmt: skip
+        follower = asyncio.ensure_future(sync(gc, 1, jb["member_id"]))
         await settle()
         assert not follower.done()
-        await gc.sync("g", 1, ja["member_id"], instance_id=None, protocol_type=None, protocol_name=None,
-                      assignments=[(jb["member_id"], b"for-b")])  # fmt: skip
+        await sync(gc, 1, ja["member_id"], [(jb["member_id"], b"for-b")])
         assert (await follower)["assignment"] == b"for-b"
         assert gc.groups["g"].members[ja["member_id"]].assignment == b""  # missing: empty, as Kafka
 
@@ -205,10 +222,10 @@ def test_a_joining_member_triggers_a_rebalance_and_heartbeats_say_so() -> None:
         newcomer = await new_member(gc, clock)
         assert gc.groups["g"].state == PREPARING_REBALANCE
         assert gc.heartbeat("g", 1, first, None) == E["REBALANCE_IN_PROGRESS"]
-        sync = await gc.sync(
+        answer = await gc.sync(
             "g", 1, first, instance_id=None, protocol_type=None, protocol_name=None, assignments=[]
         )
-        assert sync["error_code"] == E["REBALANCE_IN_PROGRESS"]
+        assert answer["error_code"] == E["REBALANCE_IN_PROGRESS"]
         rejoin = asyncio.ensure_future(join(gc, first))
         await settle()
         a, b = await rejoin, await newcomer  # all members joined: the join completes at once
@@ -306,17 +323,16 @@ def test_static_member_rejoining_keeps_its_assignment_and_fences_the_old_id() ->
         gc.poll()
         old = (await task)["member_id"]
         assert old.startswith("host-1-")
-        await gc.sync("g", 1, old, instance_id="host-1", protocol_type=None, protocol_name=None,
-                      assignments=[(old, b"mine")])  # fmt: skip
+        await sync(gc, 1, old, [(old, b"mine")], instance="host-1")
         again = await join(gc, instance="host-1")  # a restarted instance: no rebalance
         new = again["member_id"]
         assert again["error_code"] == 0 and again["generation_id"] == 1 and new != old
         assert gc.groups["g"].state == STABLE
         assert gc.heartbeat("g", 1, old, "host-1") == E["FENCED_INSTANCE_ID"]
-        sync = await gc.sync(
+        answer = await gc.sync(
             "g", 1, new, instance_id="host-1", protocol_type=None, protocol_name=None, assignments=[]
         )
-        assert sync["assignment"] == b"mine"
+        assert answer["assignment"] == b"mine"
         assert gc.leave("g", [("", "host-1")]) == (0, [0])
 
     run(main)
