@@ -37,7 +37,7 @@ import logging
 import struct
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -977,6 +977,19 @@ class GroupCoordinator:
         )
         g.offsets.update(stored)
         self._maybe_compact()
+
+    def commit_transactional(
+        self, group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int, str | None]]
+    ) -> None:
+        """Store the offsets of a committed transaction (TxnOffsetCommit checked them already).
+
+        Raises StorageError when they cannot be written.
+        """
+        g = self.groups.get(group_id)
+        if g is None:
+            g = self.groups[group_id] = Group(group_id)
+        parts = [OffsetCommitPart(t, p, o, e, m) for (t, p), (o, e, m) in offsets.items()]
+        self.commit(g, parts)
 
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset] | None:
         """The group's committed offsets; None for a group that does not exist."""
