@@ -52,12 +52,9 @@ from pulsarwire.kafka.broker.group_store import (
     offset_delete_record,
     offset_record,
 )
-from pulsarwire.kafka.error_codes import ERRORS
+from pulsarwire.kafka.errors import ERROR_CODES as E
 
 log = logging.getLogger(__name__)
-
-#: Kafka's error codes by name (``error_codes.py`` holds the facts)
-E: dict[str, int] = {name: code for name, code, _, _ in ERRORS}
 
 EMPTY = "Empty"
 PREPARING_REBALANCE = "PreparingRebalance"

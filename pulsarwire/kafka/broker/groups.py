@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from pulsarwire.errors import StorageError
 from pulsarwire.kafka.broker.group_coordinator import (
-    E,
     Group,
     GroupConfig,
     GroupCoordinator,
@@ -37,6 +36,7 @@ from pulsarwire.kafka.broker.group_coordinator import (
 )
 from pulsarwire.kafka.broker.group_store import CommittedOffset, GroupStore
 from pulsarwire.kafka.codec import API_KEYS
+from pulsarwire.kafka.errors import ERROR_CODES as E
 
 if TYPE_CHECKING:
     from pulsarwire.kafka.broker.context import RequestContext

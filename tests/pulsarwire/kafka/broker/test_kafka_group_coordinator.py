@@ -19,7 +19,6 @@ from pulsarwire.kafka.broker.group_coordinator import (
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
-    E,
     GroupConfig,
     GroupCoordinator,
     GroupError,
@@ -27,6 +26,7 @@ from pulsarwire.kafka.broker.group_coordinator import (
     parse_subscription,
 )
 from pulsarwire.kafka.broker.group_store import GroupStore
+from pulsarwire.kafka.errors import ERROR_CODES as E
 
 
 class Clock:
