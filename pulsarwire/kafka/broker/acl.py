@@ -79,14 +79,14 @@ class Grant:
         principal, rtype, name, ops = parts
         rtype = rtype.upper()
         if rtype not in RESOURCE_TYPES:
-            raise AclSyntaxError(
-                f"grant {spec!r}: unknown resource type {parts[1]!r} (use topic, group, transactional_id, cluster)"
-            )
+            types = "topic, group, transactional_id, cluster"
+            raise AclSyntaxError(f"grant {spec!r}: unknown resource type {parts[1]!r} (use {types})")
         operations = frozenset(op.strip().upper() for op in ops.split(",") if op.strip())
         unknown = sorted(operations - OPERATIONS)
         if unknown or not operations:
+            known = ", ".join(sorted(OPERATIONS)).lower()
             raise AclSyntaxError(
-                f"grant {spec!r}: unknown operation {unknown[0] if unknown else ops!r} (use {', '.join(sorted(OPERATIONS)).lower()})"
+                f"grant {spec!r}: unknown operation {unknown[0] if unknown else ops!r} (use {known})"
             )
         if "*" in name[:-1]:
             raise AclSyntaxError(f"grant {spec!r}: '*' may only end a name (a prefix) or be the whole name")
