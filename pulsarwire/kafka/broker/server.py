@@ -43,7 +43,7 @@ from typing import Any
 
 from pulsarwire._background import start_loop_thread, stop_loop_thread
 from pulsarwire.broker.net import BrokerStartError, listen, url_host
-from pulsarwire.errors import StorageError
+from pulsarwire.errors import PulsarWireError, StorageError
 from pulsarwire.kafka.broker.context import RequestContext, Session
 from pulsarwire.kafka.broker.state import BrokerState, KafkaBrokerConfig
 from pulsarwire.kafka.codec import API_KEYS, decode_request, encode_response, versions
@@ -140,6 +140,8 @@ class Connection:
                 if isinstance(answer, bytes):
                     self.writer.write(SIZE.pack(len(answer)) + answer)
                     await self.writer.drain()
+                if self.session.data.get("close_after_answer"):
+                    return  # a handler asked (sasl.py: a failed login is answered, then closed)
         except (ConnectionError, asyncio.IncompleteReadError):
             return
         finally:
@@ -220,7 +222,11 @@ class KafkaServer:
         for module in plugins:
             attach = getattr(module, "attach", None)
             if attach is not None:
-                attach(state)
+                try:
+                    attach(state)
+                except PulsarWireError as exc:  # a plugin's files or settings (SASL users, group log)
+                    state.close()
+                    raise BrokerStartError(str(exc)) from None
         self._server = await _listen(self._accept, cfg.host, cfg.port)
         state.port = self._server.sockets[0].getsockname()[1]
         self.state = state
