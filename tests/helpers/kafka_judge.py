@@ -219,8 +219,9 @@ def _confluent_txn(bootstrap: str, topic: str) -> dict[str, Any]:
 
 
 def _confluent_eos(bootstrap: str, topic: str) -> dict[str, Any]:
-    """Consume-transform-produce: a group member reads TOPIC, a transactional producer writes to
-    TOPIC-out and sends the consumer's offsets with the transaction; aborted once, then committed."""
+    """Consume-transform-produce: a consumer of a group reads TOPIC, a transactional producer
+    writes to TOPIC-out and sends the consumer's offsets with the transaction; aborted once, then
+    committed."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     source = Producer({"bootstrap.servers": bootstrap})
@@ -231,7 +232,7 @@ def _confluent_eos(bootstrap: str, topic: str) -> dict[str, Any]:
         {"bootstrap.servers": bootstrap, "group.id": f"{topic}-g", "enable.auto.commit": False,
          "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
     )  # fmt: skip
-    c.subscribe([topic])
+    c.assign([TopicPartition(topic, 0, -2)])  # a group id, no membership: offsets still go to the group
     seen: list[str] = []
     deadline = time.monotonic() + DEADLINE
     while len(seen) < 4 and time.monotonic() < deadline:

@@ -5,7 +5,7 @@ from the broker core's transaction coordinator):
 - each client's transactional producer commits a transaction, aborts the next, commits a third;
   a ``read_committed`` consumer gets the committed records only, a ``read_uncommitted`` one
   all nine; both see the end offset past the three markers;
-- exactly once, consume-transform-produce (confluent-kafka): a group member's offsets go with
+- exactly once, consume-transform-produce (confluent-kafka): a consumer's group offsets go with
   the transaction (``send_offsets_to_transaction``); after an abort the group has no committed
   offset and the output nothing; after the commit both are there.
 """
