@@ -247,8 +247,7 @@ class PartitionLog:
         """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3); None when empty."""
         if not self._base:
             return None
-        best = max(range(len(self._max_ts)), key=lambda j: self._max_ts[j])
-        return self.offset_for_timestamp(self._max_ts[best])
+        return self.offset_for_timestamp(self._running_ts[-1])  # the running maximum's last is the max
 
     def close(self) -> None:
         if self._file is not None:

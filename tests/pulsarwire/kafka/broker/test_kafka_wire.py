@@ -205,12 +205,13 @@ def test_list_offsets_earliest_latest_and_by_time(conn: KafkaRaw) -> None:
         parts = conn.request("ListOffsets", 7, body)["topics"][0]["partitions"]
         return [(p["error_code"], p["offset"], p["timestamp"]) for p in parts]
 
-    assert offsets(-2, -1, 1_001_000, 1_001_500, 5_000_000) == [
+    assert offsets(-2, -1, 1_001_000, 1_001_500, 5_000_000, -3) == [
         (0, 0, -1),
         (0, 6, -1),
         (0, 2, 1_001_000),
         (0, 4, 1_002_000),
         (0, -1, -1),
+        (0, 4, 1_002_000),  # -3: the first record with the largest timestamp (KIP-734)
     ]
 
 
