@@ -37,7 +37,7 @@ from pulsarwire.kafka.broker.state import (
 )
 from pulsarwire.kafka.codec import API_KEYS
 from pulsarwire.kafka.codec.records import CONTROL, LOG_OVERHEAD, MAGIC_AT, check_batch
-from pulsarwire.kafka.errors import ERROR_CODES, KafkaProtocolError
+from pulsarwire.kafka.errors import ERROR_CODES, ERROR_NAMES, KafkaProtocolError
 
 if TYPE_CHECKING:
     from pulsarwire.kafka.broker.context import RequestContext
@@ -440,7 +440,7 @@ def _create_one(ctx: RequestContext, t: Body, validate_only: bool, duplicate: bo
         try:
             topic = state.create_topic(name, count, configs)
         except TopicError as exc:
-            return fail(next(n for n, v in E.items() if v == exc.code), exc.message)
+            return fail(ERROR_NAMES[exc.code], exc.message)
         except StorageError as exc:
             return fail("KAFKA_STORAGE_ERROR", str(exc))
         answer["topic_id"] = topic.id

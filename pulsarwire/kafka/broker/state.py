@@ -96,6 +96,9 @@ class KafkaBrokerConfig:
     max_batch_bytes: int = 64 * 1024 * 1024
     #: ``max.connections``: connections beyond this many are closed at once (0: no limit)
     max_connections: int = 0
+    #: partitions of all topics together (each costs about 1.7 KB of memory): creating more is
+    #: refused with POLICY_VIOLATION, so no request can make the broker allocate without bound
+    max_partitions: int = 100_000
     #: fsync every append (power-loss safety); without it appends reach the OS before the answer
     fsync: bool = False
     entry_cache_size: int = DEFAULT_CACHE_BYTES
@@ -120,6 +123,7 @@ INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
 INVALID_CONFIG = 40
 UNKNOWN_TOPIC_OR_PARTITION = 3
+POLICY_VIOLATION = 44
 
 
 def check_topic_name(name: str) -> None:
@@ -238,8 +242,23 @@ class BrokerState:
             return None
         return t.partitions[partition]
 
+    @property
+    def partition_count(self) -> int:
+        return sum(len(t.partitions) for t in self.topics.values())
+
+    def _check_room(self, more: int) -> None:
+        limit = self.config.max_partitions
+        have = self.partition_count
+        if have + more > limit:
+            raise TopicError(
+                POLICY_VIOLATION,
+                f"the broker holds {have} partitions; {more} more would pass its limit of {limit}"
+                " (--max-partitions)",
+            )
+
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> Topic:
-        """Create ``name``; raises TopicError (exists, bad name, bad count) or StorageError."""
+        """Create ``name``; raises TopicError (exists, bad name, bad count, over the broker's
+        partition limit) or StorageError."""
         check_topic_name(name)
         if name in self.topics:
             raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -247,6 +266,7 @@ class BrokerState:
             raise TopicError(
                 INVALID_PARTITIONS, f"{partitions} partitions; a topic has 1 to {MAX_PARTITIONS}"
             )
+        self._check_room(partitions)
         configs = dict(configs or {})
         topic = Topic(name, uuid.uuid4().bytes, configs)
         path = topic_dir(self.config.data_dir, name) if self.config.data_dir is not None else None
@@ -277,6 +297,7 @@ class BrokerState:
             )
         if total > MAX_PARTITIONS:
             raise TopicError(INVALID_PARTITIONS, f"{total} partitions; a topic has at most {MAX_PARTITIONS}")
+        self._check_room(total - len(topic.partitions))
         path = topic_dir(self.config.data_dir, name) if self.config.data_dir is not None else None
         for p in range(len(topic.partitions), total):
             topic.partitions.append(self._open_partition(name, p, path))
