@@ -268,7 +268,7 @@ def _fetch_once(ctx: RequestContext, body: Body) -> tuple[list[Body], int, bool]
     """(responses, bytes, any error) for one pass over the requested partitions."""
     state = ctx.broker
     by_id = ctx.api_version >= 13
-    budget = body.get("max_bytes", 0x7FFFFFFF)
+    budget = min(body.get("max_bytes", 0x7FFFFFFF), state.config.fetch_max_bytes)
     total = 0
     errors = False
     responses = []

@@ -92,6 +92,8 @@ class KafkaBrokerConfig:
     num_partitions: int = 1
     #: ``socket.request.max.bytes``: a request frame declaring more closes the connection
     max_request_bytes: int = DEFAULT_MAX_FRAME_SIZE
+    #: ``fetch.max.bytes``: the most one Fetch answer carries, whatever the client asks (Kafka's default)
+    fetch_max_bytes: int = 57_671_680
     #: ``message.max.bytes``-like bound on one decompressed batch while validating it
     max_batch_bytes: int = 64 * 1024 * 1024
     #: ``max.connections``: connections beyond this many are closed at once (0: no limit)
