@@ -102,6 +102,7 @@ class PartitionLog:
         self.open_transactions: dict[int, int] = {}
         #: (producer id, first offset, offset of the ABORT marker), in marker order
         self.aborted: list[tuple[int, int, int]] = []
+        self._markers = array("q")  # the markers' offsets of ``aborted``, for bisecting
         self._file: RecordFile | None = None
         self._directory = directory
         self._made = (
@@ -149,12 +150,14 @@ class PartitionLog:
             first = self.open_transactions.pop(info.producer_id, None)
             if commit is False and first is not None:
                 self.aborted.append((info.producer_id, first, info.base_offset))
+                self._markers.append(info.base_offset)
         elif info.is_transactional:
             self.open_transactions.setdefault(info.producer_id, info.base_offset)
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions overlapping [start, end)."""
-        return [(pid, first) for pid, first, marker in self.aborted if marker >= start and first < end]
+        i = bisect.bisect_left(self._markers, start)  # those ended before ``start`` are skipped unseen
+        return [(pid, first) for pid, first, _marker in self.aborted[i:] if first < end]
 
     def _index(self, info: BatchInfo, pos: int, length: int) -> None:
         self._base.append(info.base_offset)
