@@ -32,14 +32,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pulsarwire._log import EntryCache, OpenFiles, RecordFile, reason
+from pulsarwire._log import EntryCache, OpenFiles, RecordFile, crc32c, reason
 from pulsarwire.errors import StorageError
-from pulsarwire.kafka.codec.records import BATCH_HEADER, CONTROL, TRANSACTIONAL, control_type, decode_batch
+from pulsarwire.kafka.codec.records import (
+    BATCH_HEADER,
+    CONTROL,
+    CRC_FROM,
+    TIMESTAMP_LOG_APPEND,
+    TRANSACTIONAL,
+    control_type,
+    decode_batch,
+)
 from pulsarwire.kafka.errors import KafkaProtocolError
 
 RECORDS_FILE = "records.log"
 OFFSET = struct.Struct(">q")
 EPOCH_AT = 12  # partition leader epoch: after base offset (8) and batch length (4)
+CRC = struct.Struct(">I")
+CRC_AT = 17  # after the leader epoch and the magic byte
+ATTRIBUTES = struct.Struct(">h")
+ATTRIBUTES_AT = CRC_FROM
+MAX_TIMESTAMP_AT = 35  # attributes (2), last offset delta (4), base timestamp (8) after the CRC's start
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,15 +182,24 @@ class PartitionLog:
         self._len.append(length)
         self.next_offset = info.last_offset + 1
 
-    def append(self, batch: bytes, *, commit: bool | None = None) -> BatchInfo:
+    def append(
+        self, batch: bytes, *, commit: bool | None = None, log_append_time: int | None = None
+    ) -> BatchInfo:
         """Store one validated v2 batch at the log end; returns its facts with the offsets given.
-        ``commit`` says what a control batch marks (True: COMMIT, False: ABORT).
+        ``commit`` says what a control batch marks (True: COMMIT, False: ABORT);
+        ``log_append_time`` (ms) stamps the batch as a ``LogAppendTime`` topic does: the
+        timestamp type bit set and the max timestamp replaced (its CRC computed again).
 
         Raises StorageError when the data dir refuses the write (nothing is then kept).
         """
         data = bytearray(batch)
         OFFSET.pack_into(data, 0, self.next_offset)
         struct.pack_into(">i", data, EPOCH_AT, 0)
+        if log_append_time is not None:
+            (attributes,) = ATTRIBUTES.unpack_from(data, ATTRIBUTES_AT)
+            ATTRIBUTES.pack_into(data, ATTRIBUTES_AT, attributes | TIMESTAMP_LOG_APPEND)
+            OFFSET.pack_into(data, MAX_TIMESTAMP_AT, log_append_time)
+            CRC.pack_into(data, CRC_AT, crc32c(memoryview(data)[CRC_FROM:]))
         stored = bytes(data)
         info = batch_info(stored)
         pos = 0

@@ -150,6 +150,10 @@ class Topic:
         self.configs = configs
         self.partitions: list[PartitionLog] = []
 
+    def setting(self, key: str) -> str:
+        """The topic's value of config ``key`` (its own, else Kafka's default)."""
+        return self.configs.get(key, DEFAULT_TOPIC_CONFIGS.get(key, ""))
+
     def close(self) -> None:
         for log in self.partitions:
             log.close()
