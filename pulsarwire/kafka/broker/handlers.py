@@ -160,7 +160,7 @@ async def metadata(ctx: RequestContext, body: Body) -> Body:
 
 def _single_batch(records: bytes | None) -> int:
     """0 when ``records`` is exactly one v2 batch by its framing, else the error code."""
-    if not records or len(records) < LOG_OVERHEAD.size + MAGIC_AT - 11:
+    if not records or len(records) <= MAGIC_AT:  # too short to say its magic
         return E["CORRUPT_MESSAGE"]
     _, length = LOG_OVERHEAD.unpack_from(records)
     if length + LOG_OVERHEAD.size != len(records):
