@@ -8,6 +8,10 @@ illegal name, a replication factor over the brokers, no partitions, an unknown c
 value, fewer partitions, unknown topics), Produce's validation (a broken CRC, two batches in one
 partition's records, acks 2, an unknown partition), an idempotent producer's duplicate, gap and
 older epoch, Fetch out of range, ListOffsets by timestamp, DescribeConfigs of an unknown topic.
+And a transaction's steps: a transactional batch before its partition is added, partitions
+added (one unknown), abort, the abort again, a commit after it, commit, the last stable offset
+and the aborted transactions a read_committed Fetch sees, a second InitProducerId fencing the
+first producer's EndTxn, AddPartitionsToTxn and Produce.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from pulsarwire.kafka.errors import ERROR_CODES as E
 from pulsarwire.testing.process import kafka_broker_process
 from tests.helpers.kafka_raw import KafkaRaw, batch, fetch, produce
 from tests.helpers.real_kafka import RealKafka
@@ -130,4 +135,110 @@ def test_our_broker_answers_as_apache_kafka(real_kafka: RealKafka) -> None:
     with kafka_broker_process() as address:
         ours = answers(address, topic)
     assert theirs["create"] == 0 and theirs["produce"] == [1, 3]  # after the probe record at 0
+    assert ours == theirs
+
+
+def transaction_answers(address: str, topic: str) -> dict[str, Any]:
+    """A transaction's steps and refusals, raw; (producer ids aside) what each answers."""
+    out: dict[str, Any] = {}
+    txn_id = f"{topic}-tx"
+    with KafkaRaw(address) as c:
+        body = {
+            "topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}],
+            "timeout_ms": 10_000,
+        }
+        out["create"] = c.request("CreateTopics", 7, body)["topics"][0]["error_code"]
+        deadline = time.monotonic() + 30
+        while produce(c, topic, 0, batch([b"probe"]))["error_code"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+        def init() -> dict[str, Any]:
+            deadline = time.monotonic() + 60
+            while True:  # Kafka makes its transaction log when first asked for the coordinator
+                c.request("FindCoordinator", 4, {"key_type": 1, "coordinator_keys": [txn_id]})
+                got: dict[str, Any] = c.request(
+                    "InitProducerId", 4, {"transactional_id": txn_id, "transaction_timeout_ms": 60_000}
+                )
+                if got["error_code"] == 0 or time.monotonic() > deadline:
+                    return got
+                time.sleep(0.2)
+
+        first = init()
+        pid, epoch = first["producer_id"], first["producer_epoch"]
+        out["init"] = (first["error_code"], epoch)
+
+        def add(*parts: int) -> dict[int, int]:
+            answer = c.request(
+                "AddPartitionsToTxn",
+                3,
+                {
+                    "v3_and_below_transactional_id": txn_id,
+                    "v3_and_below_producer_id": pid,
+                    "v3_and_below_producer_epoch": epoch,
+                    "v3_and_below_topics": [{"name": topic, "partitions": list(parts)}],
+                },
+            )
+            results = answer["results_by_topic_v3_and_below"][0]["results_by_partition"]
+            return {r["partition_index"]: r["partition_error_code"] for r in results}
+
+        def until_settled(ask: Any) -> Any:
+            """``ask()`` again while it says CONCURRENT_TRANSACTIONS, as clients do: Kafka ends
+            a transaction after answering EndTxn, ours before."""
+            deadline = time.monotonic() + 30
+            while (answer := ask()) in (E["CONCURRENT_TRANSACTIONS"], {0: E["CONCURRENT_TRANSACTIONS"]}):
+                assert time.monotonic() < deadline, "still CONCURRENT_TRANSACTIONS after 30 s"
+                time.sleep(0.05)
+            return answer
+
+        def end(commit: bool) -> int:
+            body = {
+                "transactional_id": txn_id,
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "committed": commit,
+            }
+            code: int = until_settled(lambda: c.request("EndTxn", 3, body)["error_code"])
+            deadline = time.monotonic() + 30
+            while code == 0 and (seen := view())[1] != seen[2]:  # Kafka writes the markers after
+                assert time.monotonic() < deadline, "the markers were not written within 30 s"
+                time.sleep(0.05)
+            return code
+
+        def send(value: bytes, seq: int) -> tuple[int, int]:
+            data = batch([value], producer_id=pid, epoch=epoch, sequence=seq, transactional=True)
+            r = produce(c, topic, 0, data, transactional_id=txn_id)
+            return r["error_code"], r["base_offset"]
+
+        def view() -> tuple[int, int, int, list[int]]:
+            part = fetch(c, topic, [(0, 0)], isolation_level=1)[0]
+            aborted = [a["first_offset"] for a in part["aborted_transactions"] or []]
+            return part["error_code"], part["high_watermark"], part["last_stable_offset"], aborted
+
+        out["produce before add"] = send(b"early", 0)[0]
+        out["add"] = until_settled(lambda: add(0))
+        out["add with unknown"] = add(0, 7)
+        out["produce"] = send(b"t1", 0)
+        out["open"] = view()
+        out["abort"] = end(False)
+        out["abort again"] = end(False)  # once the abort is through: the same answer again
+        out["commit after abort"] = end(True)
+        out["aborted"] = view()
+        out["add again"] = until_settled(lambda: add(0))
+        out["produce again"] = send(b"t2", 1)
+        out["commit"] = end(True)
+        out["committed"] = view()
+        second = init()
+        out["init again"] = (second["error_code"], second["producer_epoch"] - epoch)
+        out["end, old epoch"] = end(True)
+        out["add, old epoch"] = add(0)
+        out["produce, old epoch"] = send(b"zombie", 2)[0]
+    return out
+
+
+def test_our_transactions_answer_as_apache_kafkas(real_kafka: RealKafka) -> None:
+    topic = f"vs-txn-{uuid.uuid4().hex[:8]}"
+    theirs = transaction_answers(real_kafka.bootstrap, topic)
+    with kafka_broker_process() as address:
+        ours = transaction_answers(address, topic)
+    assert theirs["init"] == (0, 0) and theirs["committed"][0] == 0
     assert ours == theirs
