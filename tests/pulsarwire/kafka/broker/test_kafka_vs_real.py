@@ -11,7 +11,8 @@ older epoch, Fetch out of range, ListOffsets by timestamp, DescribeConfigs of an
 And a transaction's steps: a transactional batch before its partition is added, partitions
 added (one unknown), abort, the abort again, a commit after it, commit, the last stable offset
 and the aborted transactions a read_committed Fetch sees, a second InitProducerId fencing the
-first producer's EndTxn, AddPartitionsToTxn and Produce.
+first producer's EndTxn, AddPartitionsToTxn and Produce. And Fetch's limits (per partition,
+per response, KIP-74's first batch, a fetch from inside a batch, a wait with nothing new).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from pulsarwire.kafka.codec import records
 from pulsarwire.kafka.errors import ERROR_CODES as E
 from pulsarwire.testing.process import kafka_broker_process
 from tests.helpers.kafka_raw import KafkaRaw, batch, fetch, produce
@@ -241,4 +243,63 @@ def test_our_transactions_answer_as_apache_kafkas(real_kafka: RealKafka) -> None
     with kafka_broker_process() as address:
         ours = transaction_answers(address, topic)
     assert theirs["init"] == (0, 0) and theirs["committed"][0] == 0
+    assert ours == theirs
+
+
+def fetch_answers(address: str, topic: str) -> dict[str, Any]:
+    """Fetch's limits, raw: per partition (index, error, high watermark, the offsets of the
+    records that came whole) -- Kafka also sends the start of the next batch when a limit cuts
+    it, we send whole batches only, so the bytes may differ while the records do not."""
+    out: dict[str, Any] = {}
+    with KafkaRaw(address) as c:
+        body = {
+            "topics": [{"name": topic, "num_partitions": 2, "replication_factor": 1}],
+            "timeout_ms": 10_000,
+        }
+        out["create"] = c.request("CreateTopics", 7, body)["topics"][0]["error_code"]
+        deadline = time.monotonic() + 30
+        while (
+            produce(c, topic, 0, batch([b"probe"], timestamp=1))["error_code"] and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+        produce(c, topic, 0, batch([b"B" * 10_000], timestamp=1))
+        for i in range(5):
+            produce(c, topic, 0, batch([b"s%d" % i], timestamp=1))
+        produce(c, topic, 1, batch([b"p1"], timestamp=1))
+
+        def got(parts: list[dict[str, Any]]) -> list[tuple[int, int, int, list[int]]]:
+            return [
+                (
+                    p["partition_index"],
+                    p["error_code"],
+                    p["high_watermark"],
+                    [
+                        b.base_offset + r.offset_delta
+                        for b in records.decode_batches(p["records"], partial_tail=True)
+                        for r in b.records
+                    ],
+                )
+                for p in parts
+            ]
+
+        out["first batch over both limits"] = got(
+            fetch(c, topic, [(0, 1), (1, 0)], max_bytes=100, partition_max_bytes=100)
+        )
+        out["the other partition first"] = got(
+            fetch(c, topic, [(1, 0), (0, 1)], max_bytes=100, partition_max_bytes=100)
+        )
+        out["partition limit"] = got(fetch(c, topic, [(0, 2), (1, 0)], partition_max_bytes=150))
+        out["response limit"] = got(fetch(c, topic, [(0, 2), (1, 0)], max_bytes=150))
+        out["everything"] = got(fetch(c, topic, [(0, 0), (1, 0)]))
+        out["from inside"] = got(fetch(c, topic, [(0, 3)]))
+        out["nothing within the wait"] = got(fetch(c, topic, [(1, 1)], max_wait_ms=200, min_bytes=1))
+    return out
+
+
+def test_our_fetch_limits_are_apache_kafkas(real_kafka: RealKafka) -> None:
+    topic = f"vs-fetch-{uuid.uuid4().hex[:8]}"
+    theirs = fetch_answers(real_kafka.bootstrap, topic)
+    with kafka_broker_process() as address:
+        ours = fetch_answers(address, topic)
+    assert theirs["first batch over both limits"][0][3] == [1]  # KIP-74
     assert ours == theirs
