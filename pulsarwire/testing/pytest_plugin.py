@@ -7,6 +7,10 @@
   (``pulsar_broker_factory(data_dir=tmp_path, deduplication=False)``); all are
   stopped at teardown.
 
+* ``kafka_broker`` — an in-memory Kafka broker (:class:`pulsarwire.kafka.broker.Broker`) on a
+  free port, one per test; give clients ``kafka_broker.bootstrap_servers`` (``127.0.0.1:PORT``).
+  ``kafka_broker_factory(data_dir=tmp_path, num_partitions=3)`` starts others with your settings.
+
 As on Apache Pulsar, topics must be in a namespace that exists: ``public/default`` does; give
 others as ``pulsar_broker_factory(namespaces=("public/default", "shop/orders"))`` or create them
 with ``pulsar_broker.create_namespace("shop/orders")``.
@@ -20,6 +24,7 @@ from typing import Any
 import pytest
 
 from pulsarwire.broker import Broker
+from pulsarwire.kafka.broker import Broker as KafkaBroker
 
 
 @pytest.fixture
@@ -43,3 +48,23 @@ def pulsar_broker(pulsar_broker_factory: Callable[..., Broker]) -> Broker:
     """A running broker; ``pulsar_broker.service_url`` is its ``pulsar://127.0.0.1:PORT``, ``http_url``
     its web service (``http://127.0.0.1:PORT``)."""
     return pulsar_broker_factory()
+
+
+@pytest.fixture
+def kafka_broker_factory() -> Iterator[Callable[..., KafkaBroker]]:
+    started: list[KafkaBroker] = []
+
+    def start(**config: Any) -> KafkaBroker:
+        b = KafkaBroker(**config).start()
+        started.append(b)
+        return b
+
+    yield start
+    for b in reversed(started):
+        b.stop()
+
+
+@pytest.fixture
+def kafka_broker(kafka_broker_factory: Callable[..., KafkaBroker]) -> KafkaBroker:
+    """A running Kafka broker; ``kafka_broker.bootstrap_servers`` is its ``127.0.0.1:PORT``."""
+    return kafka_broker_factory()
