@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import queue
 import subprocess
 import sys
@@ -171,6 +172,32 @@ def _stdin_leave() -> threading.Event:
     return leave
 
 
+class AuthErrors(logging.Handler):
+    """The names of authentication errors a client logs (kafka-python and aiokafka log the broker's
+    SASL refusal and then raise a bootstrap/connection error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+        self.messages: list[str] = []
+        logging.getLogger().addHandler(self)
+        logging.getLogger().setLevel(logging.INFO)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = (
+            [a for a in record.args if isinstance(a, BaseException)] if isinstance(record.args, tuple) else []
+        )
+        if record.exc_info and record.exc_info[1] is not None:
+            found.append(record.exc_info[1])
+        for exc in found:
+            if "Authentication" in type(exc).__name__:
+                self.names.append(type(exc).__name__)
+                self.messages.append(str(exc))
+
+    def first(self, fallback: str) -> str:
+        return self.names[0] if self.names else fallback
+
+
 def _value(v: bytes | None) -> str | None:
     return None if v is None else v.decode("latin-1")
 
@@ -254,12 +281,19 @@ def confluent(scenario: str, bootstrap: str, args: dict[str, Any]) -> None:
         p = Producer(conf)
         delivered: list[Any] = []
         p.produce(args["topic"], b"hello", on_delivery=lambda err, msg: delivered.append(err))
-        p.flush(10)
+        deadline = time.monotonic() + 10
+        # an authentication error ends the wait (librdkafka would retry until the message times out)
+        while (
+            not delivered
+            and time.monotonic() < deadline
+            and not any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+        ):
+            p.flush(0.2)
         produce_error = delivered[0].name() if delivered and delivered[0] is not None else None
-        if errors and produce_error in (None, "_MSG_TIMED_OUT"):
+        if errors and produce_error in (None, "_MSG_TIMED_OUT") and not delivered:
             produce_error = errors[0].name()
         if scenario == "roundtrip" and produce_error is not None:
-            emit(error=produce_error)
+            emit(error=produce_error, message=errors[0].str() if errors else "")
             return
         c = Consumer(
             {
@@ -302,7 +336,7 @@ def kafkapython(scenario: str, bootstrap: str, args: dict[str, Any]) -> None:
     from kafka.errors import KafkaError
 
     assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
-    base: dict[str, Any] = {"bootstrap_servers": bootstrap}
+    base: dict[str, Any] = {"bootstrap_servers": bootstrap, "bootstrap_timeout_ms": 8000}
     if args.get("sasl"):
         mech, user, password = args["sasl"]
         base.update(
@@ -355,14 +389,15 @@ def kafkapython(scenario: str, bootstrap: str, args: dict[str, Any]) -> None:
         c.close()
     elif scenario in ("roundtrip", "denied"):
         produce_error = consume_error = value = None
+        auth = AuthErrors()
         try:
             p = KafkaProducer(**base)
             p.send(args["topic"], b"hello").get(timeout=10)
             p.close()
         except KafkaError as exc:
-            produce_error = type(exc).__name__
+            produce_error = auth.first(type(exc).__name__)
         if scenario == "roundtrip" and produce_error is not None:
-            emit(error=produce_error)
+            emit(error=produce_error, message=(auth.messages or [""])[0])
             return
         try:
             c = consumer(args["group"], args["topic"])
@@ -447,16 +482,17 @@ async def _aiokafka(scenario: str, bootstrap: str, args: dict[str, Any]) -> None
         await c.stop()
     elif scenario in ("roundtrip", "denied"):
         produce_error = consume_error = value = None
+        auth = AuthErrors()
         p = AIOKafkaProducer(**base)
         try:
             await p.start()
             await asyncio.wait_for(p.send_and_wait(args["topic"], b"hello"), 10)
         except (TimeoutError, KafkaError) as exc:
-            produce_error = type(exc).__name__
+            produce_error = auth.first(type(exc).__name__)
         finally:
             await p.stop()
         if scenario == "roundtrip" and produce_error is not None:
-            emit(error=produce_error)
+            emit(error=produce_error, message=(auth.messages or [""])[0])
             return
         c = consumer(args["group"], args["topic"])
         try:
