@@ -336,7 +336,7 @@ def kafkapython(scenario: str, bootstrap: str, args: dict[str, Any]) -> None:
     from kafka.errors import KafkaError
 
     assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
-    base: dict[str, Any] = {"bootstrap_servers": bootstrap, "bootstrap_timeout_ms": 8000}
+    base: dict[str, Any] = {"bootstrap_servers": bootstrap, "bootstrap_timeout_ms": 4000}
     if args.get("sasl"):
         mech, user, password = args["sasl"]
         base.update(
