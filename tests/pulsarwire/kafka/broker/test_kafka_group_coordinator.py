@@ -129,8 +129,15 @@ def test_one_member_joins_syncs_and_heartbeats() -> None:
         me = answer["member_id"]
         assert gc.groups["g"].state == COMPLETING_REBALANCE
         assert gc.heartbeat("g", 1, me, None) == 0  # heartbeats are fine while completing
-        answer = await gc.sync("g", 1, me, instance_id=None, protocol_type="consumer", protocol_name="range",
-                             assignments=[(me, b"plan")])  # fmt: skip
+        answer = await gc.sync(
+            "g",
+            1,
+            me,
+            instance_id=None,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=[(me, b"plan")],
+        )
         assert answer == {
             "error_code": 0,
             "protocol_type": "consumer",

@@ -20,12 +20,21 @@ from tests.helpers.kafka_group_judge import run
 
 USERS = "# the judges' users\nalice:alice-secret\nbob:b:o:b=,x\n"
 #: what each client calls a failed login and the two ACL refusals
-AUTH_FAILED = {"confluent": "_AUTHENTICATION", "kafkapython": "SaslAuthenticationFailedError",
-               "aiokafka": "SaslAuthenticationFailed"}  # fmt: skip
-TOPIC_DENIED = {"confluent": "TOPIC_AUTHORIZATION_FAILED", "kafkapython": "TopicAuthorizationFailedError",
-                "aiokafka": "TopicAuthorizationFailedError"}  # fmt: skip
-GROUP_DENIED = {"confluent": "GROUP_AUTHORIZATION_FAILED", "kafkapython": "GroupAuthorizationFailedError",
-                "aiokafka": "GroupAuthorizationFailedError"}  # fmt: skip
+AUTH_FAILED = {
+    "confluent": "_AUTHENTICATION",
+    "kafkapython": "SaslAuthenticationFailedError",
+    "aiokafka": "SaslAuthenticationFailed",
+}
+TOPIC_DENIED = {
+    "confluent": "TOPIC_AUTHORIZATION_FAILED",
+    "kafkapython": "TopicAuthorizationFailedError",
+    "aiokafka": "TopicAuthorizationFailedError",
+}
+GROUP_DENIED = {
+    "confluent": "GROUP_AUTHORIZATION_FAILED",
+    "kafkapython": "GroupAuthorizationFailedError",
+    "aiokafka": "GroupAuthorizationFailedError",
+}
 CLIENTS = ["confluent", "kafkapython", "aiokafka"]
 
 
@@ -42,8 +51,11 @@ ONE_EACH = [
     ("aiokafka", "SCRAM-SHA-256", "SCRAM-SHA-512"),
     ("kafkapython", "PLAIN", "SCRAM-SHA-256"),
 ]
-REASON = {"PLAIN": "Invalid username or password", "SCRAM-SHA-256": "invalid credentials",
-          "SCRAM-SHA-512": "invalid credentials"}  # fmt: skip
+REASON = {
+    "PLAIN": "Invalid username or password",
+    "SCRAM-SHA-256": "invalid credentials",
+    "SCRAM-SHA-512": "invalid credentials",
+}
 
 
 def check_logins(tmp_path: Path, client: str, good: list[str], bad: list[str], unknown_user: bool) -> None:
@@ -54,8 +66,14 @@ def check_logins(tmp_path: Path, client: str, good: list[str], bad: list[str], u
             user, password = (
                 ("bob", "b:o:b=,x") if mechanism == "SCRAM-SHA-256" else ("alice", "alice-secret")
             )
-            got = run(client, "roundtrip", bootstrap, sasl=[mechanism, user, password],
-                      topic=f"t-{mechanism}", group=f"g-{mechanism}")  # fmt: skip
+            got = run(
+                client,
+                "roundtrip",
+                bootstrap,
+                sasl=[mechanism, user, password],
+                topic=f"t-{mechanism}",
+                group=f"g-{mechanism}",
+            )
             assert got == {"value": "hello", "error": None}, (mechanism, got)
         for mechanism in bad:
             got = run(
@@ -91,11 +109,15 @@ def test_sasl_every_mechanism_and_refusal(tmp_path: Path, client: str) -> None:
 )
 def test_acl_refusals_reach_the_client_as_authorization_errors(tmp_path: Path, client: str) -> None:
     grants = [
-        "--grant", "User:alice:topic:mine:read,write,create",
-        "--grant", "User:alice:topic:theirs:describe",
-        "--grant", "User:alice:group:ok-*:read",
-        "--grant", "alice:topic:open:all",
-    ]  # fmt: skip
+        "--grant",
+        "User:alice:topic:mine:read,write,create",
+        "--grant",
+        "User:alice:topic:theirs:describe",
+        "--grant",
+        "User:alice:group:ok-*:read",
+        "--grant",
+        "alice:topic:open:all",
+    ]
     args = ("--port", "0", "--sasl-users", str(users_file(tmp_path)), *grants, "--superuser", "User:admin")
     sasl = ["PLAIN", "alice", "alice-secret"]
     with kafka_broker_subprocess(*args) as (bootstrap, _proc):
