@@ -17,8 +17,8 @@ validation (simple consumers commit with generation -1 into an empty group).
 
 Time never comes from the machine inside: ``clock`` (milliseconds) is passed in and
 :meth:`GroupCoordinator.poll` expires what is due, so unit tests advance a fake clock; the
-broker runs :func:`run_timer`, which sleeps until :meth:`next_deadline` (woken early when a
-deadline moves). JoinGroup and SyncGroup park their callers on asyncio futures until the
+broker arms a :class:`DeadlineTimer` (one ``call_later`` at :meth:`next_deadline`, moved
+earlier when a deadline moves). JoinGroup and SyncGroup park their callers on asyncio futures until the
 rebalance step completes.
 
 Committed offsets and the metadata of groups are written to :class:`GroupStore` before they are
@@ -32,7 +32,6 @@ The request handlers (one per API, bodies as the codec's dicts) live in
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import struct
 import time
@@ -1037,21 +1036,49 @@ class GroupCoordinator:
 ERRORS_BY_CODE: dict[int, str] = {code: name for name, code in E.items()}
 
 
-async def run_timer(coordinator: GroupCoordinator, *, max_sleep_s: float = 1.0) -> None:
-    """Drive the coordinator's deadlines until cancelled (the broker runs this as a task)."""
-    wake = asyncio.Event()
-    coordinator.on_deadline = wake.set
-    while True:
-        coordinator.poll()
-        deadline = coordinator.next_deadline()
-        sleep = (
-            max_sleep_s
-            if deadline is None
-            else min(max((deadline - coordinator.clock()) / 1000.0, 0.0), max_sleep_s)
-        )
-        wake.clear()
-        if sleep > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=sleep)
-        else:
-            await asyncio.sleep(0)
+class DeadlineTimer:
+    """Runs :meth:`GroupCoordinator.poll` on the event loop when the next deadline comes.
+
+    One ``loop.call_later`` handle at a time, moved earlier when the coordinator says a deadline
+    moved (``on_deadline``) and re-armed after each poll; at most ``max_sleep_s`` between polls.
+    :meth:`stop` cancels it at once (no task is left behind).
+    """
+
+    def __init__(self, coordinator: GroupCoordinator, *, max_sleep_s: float = 1.0) -> None:
+        self.coordinator = coordinator
+        self.max_sleep_s = max_sleep_s
+        self._loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = None
+        self._at = 0.0
+        self._stopped = False
+        coordinator.on_deadline = self.arm
+        self.arm()
+
+    def arm(self) -> None:
+        if self._stopped:
+            return
+        deadline = self.coordinator.next_deadline()
+        delay = self.max_sleep_s
+        if deadline is not None:
+            delay = min(max((deadline - self.coordinator.clock()) / 1000.0, 0.0), self.max_sleep_s)
+        at = self._loop.time() + delay
+        if self._handle is not None:
+            if self._at <= at:
+                return  # already due no later
+            self._handle.cancel()
+        self._at = at
+        self._handle = self._loop.call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        try:
+            self.coordinator.poll()
+        except Exception:  # a bug must not stop the clock of every group
+            log.exception("the group coordinator's timer failed")
+        self.arm()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None

@@ -19,20 +19,18 @@ GROUP_AUTHORIZATION_FAILED or TOPIC_AUTHORIZATION_FAILED where Kafka puts them.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pulsarwire.errors import StorageError
 from pulsarwire.kafka.broker.group_coordinator import (
+    DeadlineTimer,
     Group,
     GroupConfig,
     GroupCoordinator,
     GroupError,
     OffsetCommitPart,
-    run_timer,
 )
 from pulsarwire.kafka.broker.group_store import CommittedOffset, GroupStore
 from pulsarwire.kafka.codec import API_KEYS
@@ -542,7 +540,7 @@ def attach(state: BrokerState) -> None:
     cfg = state.config
     coordinator = GroupCoordinator(GroupStore(cfg.data_dir, fsync=cfg.fsync), group_config(cfg.extra))
     state.extensions[EXTENSION] = coordinator
-    timer = asyncio.get_running_loop().create_task(run_timer(coordinator))
+    timer = DeadlineTimer(coordinator)
 
     def txn_offsets(group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int, str | None]]) -> None:
         coordinator.commit_transactional(group_id, offsets)
@@ -552,8 +550,7 @@ def attach(state: BrokerState) -> None:
         sinks.append(txn_offsets)
 
     def close() -> None:
-        timer.cancel()
-        with contextlib.suppress(RuntimeError):
-            coordinator.close()
+        timer.stop()
+        coordinator.close()
 
     state.on_close.append(close)
