@@ -134,6 +134,8 @@ def confluent(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
 
     if scenario == "txn":
         return _confluent_txn(bootstrap, topic)
+    if scenario == "eos":
+        return _confluent_eos(bootstrap, topic)
 
     if scenario == "consume":
         c = consumer()
@@ -146,12 +148,17 @@ def confluent(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
         return {"records": sorted(got, key=lambda r: (r[4], r[5])), "ends": ends}
 
     out = {}
-    for i, codec in enumerate(CODECS):
-        p = Producer({**base, "enable.idempotence": True, "compression.type": codec, "linger.ms": 20})
+    # one producer per codec, all at once (their start-up waits overlap)
+    producers = [
+        Producer({**base, "enable.idempotence": True, "compression.type": codec, "linger.ms": 20})
+        for codec in CODECS
+    ]
+    for i, p in enumerate(producers):
         for key, value, headers, ts in expected_records(i):
             p.produce(
                 topic, key=key, value=value, headers=[(k, v) for k, v in headers], partition=i, timestamp=ts
             )
+    for p in producers:
         assert p.flush(DEADLINE) == 0
     c = consumer()
     c.assign([TopicPartition(topic, i, -2) for i in range(len(CODECS))])
@@ -209,6 +216,64 @@ def _confluent_txn(bootstrap: str, topic: str) -> dict[str, Any]:
         out[f"{level}_end"] = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=DEADLINE)[1]
         c.close()
     return out
+
+
+def _confluent_eos(bootstrap: str, topic: str) -> dict[str, Any]:
+    """Consume-transform-produce: a consumer of a group reads TOPIC, a transactional producer
+    writes to TOPIC-out and sends the consumer's offsets with the transaction; aborted once, then
+    committed."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    source = Producer({"bootstrap.servers": bootstrap})
+    for i in range(4):
+        source.produce(topic, value=f"in-{i}", partition=0)
+    assert source.flush(DEADLINE) == 0
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"{topic}-g", "enable.auto.commit": False,
+         "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
+    )  # fmt: skip
+    c.assign([TopicPartition(topic, 0, -2)])  # a group id, no membership: offsets still go to the group
+    seen: list[str] = []
+    deadline = time.monotonic() + DEADLINE
+    while len(seen) < 4 and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            seen.append(_s(m.value()) or "")
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-eos"})
+    p.init_transactions(DEADLINE)
+    committed = {}
+    for commit, position in ((False, 2), (True, 4)):
+        p.begin_transaction()
+        for value in seen[:position]:
+            p.produce(f"{topic}-out", value=value.replace("in", "out"), partition=0)
+        p.send_offsets_to_transaction(
+            [TopicPartition(topic, 0, position)], c.consumer_group_metadata(), DEADLINE
+        )
+        if commit:
+            p.commit_transaction(DEADLINE)
+        else:
+            p.abort_transaction(DEADLINE)
+        parts = c.committed([TopicPartition(topic, 0)], DEADLINE)
+        committed["commit" if commit else "abort"] = parts[0].offset
+    c.close()
+    reader = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "judge-unused", "enable.auto.commit": False,
+         "isolation.level": "read_committed", "enable.partition.eof": True}
+    )  # fmt: skip
+    reader.assign([TopicPartition(f"{topic}-out", 0, -2)])
+    out: list[str] = []
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        m = reader.poll(0.2)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == -191:  # _PARTITION_EOF
+                break
+            raise RuntimeError(str(m.error()))
+        out.append(_s(m.value()) or "")
+    reader.close()
+    return {"seen": seen, "committed": committed, "output": out}
 
 
 # -- kafka-python ---------------------------------------------------------------------------------

@@ -58,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-request-bytes", type=positive, default=DEFAULT_MAX_FRAME_SIZE,
         help="socket.request.max.bytes: a larger request closes its connection (default 100 MiB)",
     )  # fmt: skip
+    p.add_argument(
+        "--max-connections", type=non_negative, default=0,
+        help="max.connections: connections beyond this many are closed at once (default 0: no limit)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-partitions", type=positive, default=100_000,
+        help="partitions of all topics together; creating more is refused (default 100000)",
+    )  # fmt: skip
     p.add_argument("--fsync", action="store_true", help="fsync every append (power-loss safety; slower)")
     p.add_argument(
         "--cache-size-mb", type=non_negative, default=DEFAULT_CACHE_BYTES // MiB,
@@ -77,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 _CORE = {
     "host", "port", "advertised_host", "data_dir", "node_id", "auto_create_topics", "num_partitions",
-    "max_request_bytes", "fsync", "cache_size_mb", "max_open_logs", "log_level",
+    "max_request_bytes", "max_connections", "max_partitions", "fsync", "cache_size_mb", "max_open_logs",
+    "log_level",
 }  # fmt: skip
 
 
@@ -92,6 +101,8 @@ def config_of(args: argparse.Namespace) -> KafkaBrokerConfig:
         auto_create_topics=args.auto_create_topics,
         num_partitions=args.num_partitions,
         max_request_bytes=args.max_request_bytes,
+        max_connections=args.max_connections,
+        max_partitions=args.max_partitions,
         fsync=args.fsync,
         entry_cache_size=args.cache_size_mb * MiB,
         max_open_logs=args.max_open_logs,

@@ -37,7 +37,7 @@ from pulsarwire.kafka.broker.state import (
 )
 from pulsarwire.kafka.codec import API_KEYS
 from pulsarwire.kafka.codec.records import CONTROL, LOG_OVERHEAD, MAGIC_AT, check_batch
-from pulsarwire.kafka.errors import ERROR_CODES, KafkaProtocolError
+from pulsarwire.kafka.errors import ERROR_CODES, ERROR_NAMES, KafkaProtocolError
 
 if TYPE_CHECKING:
     from pulsarwire.kafka.broker.context import RequestContext
@@ -172,7 +172,7 @@ def _single_batch(records: bytes | None) -> int:
 
 
 def _produce_partition(
-    ctx: RequestContext, txn_id: str | None, name: str, index: int, records: bytes | None
+    ctx: RequestContext, acks: int, txn_id: str | None, name: str, index: int, records: bytes | None
 ) -> Body:
     state = ctx.broker
     answer: Body = {"index": index, "base_offset": -1, "log_start_offset": -1}
@@ -184,6 +184,15 @@ def _produce_partition(
         answer["error_code"] = E["UNKNOWN_TOPIC_OR_PARTITION"]
         return answer
     answer["log_start_offset"] = log.log_start_offset
+    topic = state.topics[name]
+    if acks == -1 and int(topic.setting("min.insync.replicas")) > 1:
+        answer["error_code"] = E["NOT_ENOUGH_REPLICAS"]  # one broker: one in-sync replica
+        return answer
+    limit = int(topic.setting("max.message.bytes"))
+    if records is not None and len(records) > limit:
+        answer["error_code"] = E["MESSAGE_TOO_LARGE"]
+        answer["error_message"] = f"a batch of {len(records)} bytes; the topic's max.message.bytes is {limit}"
+        return answer
     code = _single_batch(records)
     if code:
         answer["error_code"] = code
@@ -219,8 +228,11 @@ def _produce_partition(
     if duplicate_of is not None:
         answer["base_offset"] = duplicate_of
         return answer
+    append_time = (
+        int(time.time() * 1000) if topic.setting("message.timestamp.type") == "LogAppendTime" else None
+    )
     try:
-        info = log.append(records)
+        info = log.append(records, log_append_time=append_time)
     except StorageError as exc:
         logger.error("Produce to %s-%d refused: %s", name, index, exc)
         answer["error_code"] = E["KAFKA_STORAGE_ERROR"]
@@ -229,6 +241,8 @@ def _produce_partition(
     state.producers.record(name, index, info)
     state.appended(name, index)
     answer["base_offset"] = info.base_offset
+    if append_time is not None:
+        answer["log_append_time_ms"] = append_time
     return answer
 
 
@@ -255,7 +269,8 @@ async def produce(ctx: RequestContext, body: Body) -> Body:
     responses = []
     for t in body["topic_data"]:
         parts = [
-            _produce_partition(ctx, txn_id, t["name"], p["index"], p["records"]) for p in t["partition_data"]
+            _produce_partition(ctx, body["acks"], txn_id, t["name"], p["index"], p["records"])
+            for p in t["partition_data"]
         ]
         responses.append({"name": t["name"], "partition_responses": parts})
     return {"responses": responses}
@@ -268,7 +283,7 @@ def _fetch_once(ctx: RequestContext, body: Body) -> tuple[list[Body], int, bool]
     """(responses, bytes, any error) for one pass over the requested partitions."""
     state = ctx.broker
     by_id = ctx.api_version >= 13
-    budget = body.get("max_bytes", 0x7FFFFFFF)
+    budget = min(body.get("max_bytes", 0x7FFFFFFF), state.config.fetch_max_bytes)
     total = 0
     errors = False
     responses = []
@@ -434,19 +449,37 @@ def _create_one(ctx: RequestContext, t: Body, validate_only: bool, duplicate: bo
     for c in t["configs"]:
         if c["name"] not in TOPIC_CONFIG_NAMES:
             return fail("INVALID_CONFIG", f"Unknown topic config name: {c['name']}")
+        problem = _config_problem(c["name"], c["value"])
+        if problem:
+            return fail("INVALID_CONFIG", problem)
         if c["value"] is not None:
             configs[c["name"]] = c["value"]
     if not validate_only:
         try:
             topic = state.create_topic(name, count, configs)
         except TopicError as exc:
-            return fail(next(n for n, v in E.items() if v == exc.code), exc.message)
+            return fail(ERROR_NAMES[exc.code], exc.message)
         except StorageError as exc:
             return fail("KAFKA_STORAGE_ERROR", str(exc))
         answer["topic_id"] = topic.id
     answer.update(error_code=0, num_partitions=count, replication_factor=factor)
     answer["configs"] = _config_entries(configs, None, ctx.api_version >= 5, created=True)
     return answer
+
+
+def _config_problem(key: str, value: str | None) -> str | None:
+    """What is wrong with ``value`` for one of the configs the broker acts on (None: nothing)."""
+    if value is None:
+        return None
+    if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
+        return (
+            f"Invalid value {value} for configuration {key}: String must be one of: CreateTime, LogAppendTime"
+        )
+    if key in ("max.message.bytes", "min.insync.replicas"):
+        least = 1 if key == "min.insync.replicas" else 0
+        if not value.lstrip("-").isdigit() or int(value) < least:
+            return f"Invalid value {value} for configuration {key}: Value must be at least {least}"
+    return None
 
 
 def _config_entries(

@@ -32,14 +32,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pulsarwire._log import EntryCache, OpenFiles, RecordFile, reason
+from pulsarwire._log import EntryCache, OpenFiles, RecordFile, crc32c, reason
 from pulsarwire.errors import StorageError
-from pulsarwire.kafka.codec.records import BATCH_HEADER, CONTROL, TRANSACTIONAL, control_type, decode_batch
+from pulsarwire.kafka.codec.records import (
+    BATCH_HEADER,
+    CONTROL,
+    CRC_FROM,
+    TIMESTAMP_LOG_APPEND,
+    TRANSACTIONAL,
+    control_type,
+    decode_batch,
+)
 from pulsarwire.kafka.errors import KafkaProtocolError
 
 RECORDS_FILE = "records.log"
 OFFSET = struct.Struct(">q")
 EPOCH_AT = 12  # partition leader epoch: after base offset (8) and batch length (4)
+CRC = struct.Struct(">I")
+CRC_AT = 17  # after the leader epoch and the magic byte
+ATTRIBUTES = struct.Struct(">h")
+ATTRIBUTES_AT = CRC_FROM
+MAX_TIMESTAMP_AT = 35  # attributes (2), last offset delta (4), base timestamp (8) after the CRC's start
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +115,13 @@ class PartitionLog:
         self.open_transactions: dict[int, int] = {}
         #: (producer id, first offset, offset of the ABORT marker), in marker order
         self.aborted: list[tuple[int, int, int]] = []
+        self._markers = array("q")  # the markers' offsets of ``aborted``, for bisecting
         self._file: RecordFile | None = None
+        self._directory = directory
+        self._made = (
+            False  # the directory is made at the first append: a topic of many partitions costs nothing
+        )
         if directory is not None:
-            try:
-                directory.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StorageError(directory, f"cannot create the directory: {reason(exc)}") from None
             self._file = RecordFile(directory / RECORDS_FILE, cache=cache, files=files, fsync=fsync)
 
             def accept(offset: int, length: int, head: bytes, _fd: int) -> bool:
@@ -149,12 +163,14 @@ class PartitionLog:
             first = self.open_transactions.pop(info.producer_id, None)
             if commit is False and first is not None:
                 self.aborted.append((info.producer_id, first, info.base_offset))
+                self._markers.append(info.base_offset)
         elif info.is_transactional:
             self.open_transactions.setdefault(info.producer_id, info.base_offset)
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions overlapping [start, end)."""
-        return [(pid, first) for pid, first, marker in self.aborted if marker >= start and first < end]
+        i = bisect.bisect_left(self._markers, start)  # those ended before ``start`` are skipped unseen
+        return [(pid, first) for pid, first, _marker in self.aborted[i:] if first < end]
 
     def _index(self, info: BatchInfo, pos: int, length: int) -> None:
         self._base.append(info.base_offset)
@@ -166,19 +182,37 @@ class PartitionLog:
         self._len.append(length)
         self.next_offset = info.last_offset + 1
 
-    def append(self, batch: bytes, *, commit: bool | None = None) -> BatchInfo:
+    def append(
+        self, batch: bytes, *, commit: bool | None = None, log_append_time: int | None = None
+    ) -> BatchInfo:
         """Store one validated v2 batch at the log end; returns its facts with the offsets given.
-        ``commit`` says what a control batch marks (True: COMMIT, False: ABORT).
+        ``commit`` says what a control batch marks (True: COMMIT, False: ABORT);
+        ``log_append_time`` (ms) stamps the batch as a ``LogAppendTime`` topic does: the
+        timestamp type bit set and the max timestamp replaced (its CRC computed again).
 
         Raises StorageError when the data dir refuses the write (nothing is then kept).
         """
         data = bytearray(batch)
         OFFSET.pack_into(data, 0, self.next_offset)
         struct.pack_into(">i", data, EPOCH_AT, 0)
+        if log_append_time is not None:
+            (attributes,) = ATTRIBUTES.unpack_from(data, ATTRIBUTES_AT)
+            ATTRIBUTES.pack_into(data, ATTRIBUTES_AT, attributes | TIMESTAMP_LOG_APPEND)
+            OFFSET.pack_into(data, MAX_TIMESTAMP_AT, log_append_time)
+            CRC.pack_into(data, CRC_AT, crc32c(memoryview(data)[CRC_FROM:]))
         stored = bytes(data)
         info = batch_info(stored)
         pos = 0
         if self._file is not None:
+            if not self._made:
+                assert self._directory is not None
+                try:
+                    self._directory.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StorageError(
+                        self._directory, f"cannot create the directory: {reason(exc)}"
+                    ) from None
+                self._made = True
             pos = self._file.append([stored])
         else:
             self._bodies.append(stored)
@@ -238,8 +272,7 @@ class PartitionLog:
         """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3); None when empty."""
         if not self._base:
             return None
-        best = max(range(len(self._max_ts)), key=lambda j: self._max_ts[j])
-        return self.offset_for_timestamp(self._max_ts[best])
+        return self.offset_for_timestamp(self._running_ts[-1])  # the running maximum's last is the max
 
     def close(self) -> None:
         if self._file is not None:

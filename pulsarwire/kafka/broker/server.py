@@ -13,9 +13,10 @@ Adding handlers from another module -- either call :func:`register` at import ti
     register(API_KEYS["JoinGroup"], join_group)
 
 or define ``handlers() -> Mapping[int, Handler]`` in a module named in :data:`PLUGINS`
-(``handlers``, ``transactions``, ``groups``, ``sasl``, ``acl`` beside this file): :func:`load_plugins` imports
-each that exists and registers what it returns (at the versions in its optional
-``VERSIONS_SERVED: Mapping[int, tuple[int, int]]``, else every version the codec defines).
+(``handlers``, ``transactions``, ``groups``, ``sasl``, ``acl`` beside this file):
+:func:`load_plugins` imports each that exists and registers what it returns (at the versions in
+its optional ``VERSIONS_SERVED: Mapping[int, tuple[int, int]]``, else every version the codec
+defines).
 Such a module may also define ``attach(state: BrokerState) -> None``, called once per broker
 before it listens (to put its objects in ``state.extensions``, install ``state.authorize`` or
 a ``state.request_gates`` entry, read ``state.config.extra``), and ``add_arguments(parser)``
@@ -24,10 +25,10 @@ to add command-line flags (their values land in ``config.extra`` by their dest n
 Connections. Each connection reads one frame at a time: the 4-byte size is checked against
 ``max_request_bytes`` before anything is read for it, the request is decoded and answered,
 and only then is the next one read -- so responses leave in request order and a connection
-has one request in flight in the broker (the rest wait in the socket's buffers, bounded by
-TCP), as Kafka mutes a channel while it serves it. A malformed request (bad bytes, unknown API
-or version, a handler that fails) closes that connection only; others go on being served.
-Produce with ``acks=0`` gets no response.
+has one request in flight in the broker (the rest wait in its reader's buffer of
+:data:`READ_BUFFER` bytes, then in the socket's), as Kafka mutes a channel while it serves it.
+A malformed request (bad bytes, unknown API or version, a handler that fails) closes that
+connection only; others go on being served. Produce with ``acks=0`` gets no response.
 """
 
 from __future__ import annotations
@@ -238,6 +239,11 @@ class KafkaServer:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         assert self.state is not None
+        limit = self.config.max_connections
+        if limit and len(self._connections) >= limit:
+            log.warning("refusing a connection: %d are open (--max-connections)", limit)
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)

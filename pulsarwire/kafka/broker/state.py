@@ -44,6 +44,7 @@ from pulsarwire._log import (
     stored_topics,
     topic_dir,
 )
+from pulsarwire.broker.net import BrokerStartError
 from pulsarwire.errors import StorageError
 from pulsarwire.kafka.broker.log import BatchInfo, PartitionLog
 from pulsarwire.kafka.broker.producers import ProducerStates
@@ -91,8 +92,15 @@ class KafkaBrokerConfig:
     num_partitions: int = 1
     #: ``socket.request.max.bytes``: a request frame declaring more closes the connection
     max_request_bytes: int = DEFAULT_MAX_FRAME_SIZE
+    #: ``fetch.max.bytes``: the most one Fetch answer carries, whatever the client asks (Kafka's default)
+    fetch_max_bytes: int = 57_671_680
     #: ``message.max.bytes``-like bound on one decompressed batch while validating it
     max_batch_bytes: int = 64 * 1024 * 1024
+    #: ``max.connections``: connections beyond this many are closed at once (0: no limit)
+    max_connections: int = 0
+    #: partitions of all topics together (each costs about 1.7 KB of memory): creating more is
+    #: refused with POLICY_VIOLATION, so no request can make the broker allocate without bound
+    max_partitions: int = 100_000
     #: fsync every append (power-loss safety); without it appends reach the OS before the answer
     fsync: bool = False
     entry_cache_size: int = DEFAULT_CACHE_BYTES
@@ -117,6 +125,7 @@ INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
 INVALID_CONFIG = 40
 UNKNOWN_TOPIC_OR_PARTITION = 3
+POLICY_VIOLATION = 44
 
 
 def check_topic_name(name: str) -> None:
@@ -140,6 +149,10 @@ class Topic:
         self.id = topic_id
         self.configs = configs
         self.partitions: list[PartitionLog] = []
+
+    def setting(self, key: str) -> str:
+        """The topic's value of config ``key`` (its own, else Kafka's default)."""
+        return self.configs.get(key, DEFAULT_TOPIC_CONFIGS.get(key, ""))
 
     def close(self) -> None:
         for log in self.partitions:
@@ -185,7 +198,7 @@ class BrokerState:
             if ids_file.exists():
                 self._next_producer_id = int(json.loads(ids_file.read_text())["next"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise StorageError(ids_file, f"cannot read the producer id counter: {exc}") from None
+            raise unreadable(ids_file, "the producer id counter", exc) from None
         for doomed in (data_dir / "topics").glob(f"{DELETED}*"):
             shutil.rmtree(doomed, ignore_errors=True)  # a deletion a crash interrupted
         for name in stored_topics(data_dir):
@@ -195,14 +208,13 @@ class BrokerState:
             meta = path / TOPIC_FILE
             try:
                 info = json.loads(meta.read_text())
+                configs = {str(k): str(v) for k, v in info["configs"].items()}
+                topic, count = Topic(name, bytes.fromhex(info["id"]), configs), int(info["partitions"])
             except FileNotFoundError:
                 continue  # created, never finished: it never existed for a client
-            except (OSError, ValueError) as exc:
-                raise StorageError(meta, f"cannot read the topic: {exc}") from None
-            topic = Topic(
-                name, bytes.fromhex(info["id"]), {str(k): str(v) for k, v in info["configs"].items()}
-            )
-            for p in range(int(info["partitions"])):
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise unreadable(meta, f"topic {name!r}", exc) from None
+            for p in range(count):
                 topic.partitions.append(self._open_partition(name, p, path))
             self.topics[name] = topic
             self.topics_by_id[topic.id] = topic
@@ -236,8 +248,23 @@ class BrokerState:
             return None
         return t.partitions[partition]
 
+    @property
+    def partition_count(self) -> int:
+        return sum(len(t.partitions) for t in self.topics.values())
+
+    def _check_room(self, more: int) -> None:
+        limit = self.config.max_partitions
+        have = self.partition_count
+        if have + more > limit:
+            raise TopicError(
+                POLICY_VIOLATION,
+                f"the broker holds {have} partitions; {more} more would pass its limit of {limit}"
+                " (--max-partitions)",
+            )
+
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> Topic:
-        """Create ``name``; raises TopicError (exists, bad name, bad count) or StorageError."""
+        """Create ``name``; raises TopicError (exists, bad name, bad count, over the broker's
+        partition limit) or StorageError."""
         check_topic_name(name)
         if name in self.topics:
             raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -245,6 +272,7 @@ class BrokerState:
             raise TopicError(
                 INVALID_PARTITIONS, f"{partitions} partitions; a topic has 1 to {MAX_PARTITIONS}"
             )
+        self._check_room(partitions)
         configs = dict(configs or {})
         topic = Topic(name, uuid.uuid4().bytes, configs)
         path = topic_dir(self.config.data_dir, name) if self.config.data_dir is not None else None
@@ -275,6 +303,7 @@ class BrokerState:
             )
         if total > MAX_PARTITIONS:
             raise TopicError(INVALID_PARTITIONS, f"{total} partitions; a topic has at most {MAX_PARTITIONS}")
+        self._check_room(total - len(topic.partitions))
         path = topic_dir(self.config.data_dir, name) if self.config.data_dir is not None else None
         for p in range(len(topic.partitions), total):
             topic.partitions.append(self._open_partition(name, p, path))
@@ -337,6 +366,15 @@ class BrokerState:
                     waiting.discard(fut)
                     if not waiting:
                         del self._waiters[key]
+
+
+def unreadable(path: Path, what: str, exc: BaseException) -> BrokerStartError:
+    """The one-line start error for a state file of the data dir that cannot be read."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+    return BrokerStartError(
+        f"cannot read {what} from {path}: {why} (repair the file, or move it out of the data dir"
+        " to start without what it held)"
+    )
 
 
 def _write_json(path: Path, value: Any) -> None:

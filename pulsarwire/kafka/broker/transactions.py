@@ -32,7 +32,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pulsarwire.broker.net import BrokerStartError
 from pulsarwire.errors import StorageError
+from pulsarwire.kafka.broker.state import unreadable
 from pulsarwire.kafka.codec import API_KEYS
 from pulsarwire.kafka.codec.records import control_batch, encode_batch
 from pulsarwire.kafka.errors import ERROR_CODES as E
@@ -94,19 +96,26 @@ class TransactionCoordinator:
             return
         try:
             stored = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise StorageError(path, f"cannot read the transactions: {exc}") from None
-        for txn_id, info in stored.items():
-            txn = Transaction(txn_id, int(info["producer_id"]), int(info["epoch"]), int(info["timeout_ms"]))
-            txn.state = info["state"]
-            txn.partitions = {(str(t), int(p)) for t, p in info["partitions"]}
-            txn.last_result = info.get("last_result")
-            self.transactions[txn_id] = txn
-        for txn in self.transactions.values():
-            if txn.state == ONGOING:  # the broker stopped in the middle of it: abort, fence
-                self._finish(txn, commit=False)
-                self._bump(txn)
-        self._save()
+            for txn_id, info in stored.items():
+                txn = Transaction(
+                    txn_id, int(info["producer_id"]), int(info["epoch"]), int(info["timeout_ms"])
+                )
+                txn.state = str(info["state"])
+                txn.partitions = {(str(t), int(p)) for t, p in info["partitions"]}
+                txn.last_result = info.get("last_result")
+                self.transactions[txn_id] = txn
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise unreadable(path, "the transactions", exc) from None
+        try:
+            for txn in self.transactions.values():
+                if txn.state == ONGOING:  # the broker stopped in the middle of it: abort, fence
+                    self._finish(txn, commit=False)
+                    self._bump(txn)
+            self._save()
+        except StorageError as exc:
+            raise BrokerStartError(
+                f"cannot keep data in {exc.path}: {exc.reason} (choose a writable --data-dir)"
+            ) from None
 
     def _save(self) -> None:
         path = self._path()

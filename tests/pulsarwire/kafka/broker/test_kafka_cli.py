@@ -99,3 +99,14 @@ def test_auto_create_off_leaves_missing_topics_missing() -> None:
         assert answer["topics"][0]["error_code"] == E["UNKNOWN_TOPIC_OR_PARTITION"]
         listed = conn.request("Metadata", 12, {"topics": None, "allow_auto_topic_creation": True})
         assert listed["topics"] == []
+
+
+def test_a_damaged_state_file_is_one_line_naming_it_and_status_1(tmp_path: Path) -> None:
+    for name, text in (("topics/orders/topic.json", '{"id": "zz"}'), ("transactions.json", "[1")):
+        data = tmp_path / name.replace("/", "-")
+        (data / name).parent.mkdir(parents=True)
+        (data / name).write_text(text)
+        done = run("--port", "0", "--data-dir", str(data))
+        assert done.returncode == 1
+        line = one_line(done.stderr)
+        assert str(data / name) in line and "repair the file" in line

@@ -9,11 +9,13 @@ decompressed sizes) are the codec's business and tested there (tests/pulsarwire/
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from pulsarwire.kafka.codec import API_KEYS, encode_request
+from pulsarwire.kafka.errors import ERROR_CODES as E
 from pulsarwire.testing.process import kafka_broker_subprocess
 from tests.helpers.kafka_raw import KafkaRaw, batch, bystander, is_closed, produce
 
@@ -80,3 +82,45 @@ def test_a_slow_sender_does_not_hold_up_others(address: str) -> None:
         for _ in range(3):
             assert bystander(address)["error_code"] == 0
         assert not is_closed(conn, timeout=0.3)
+
+
+def test_connections_beyond_the_limit_are_closed_and_a_freed_slot_is_used() -> None:
+    with kafka_broker_subprocess("--max-connections", "2") as (address, _proc):
+        first, second = KafkaRaw(address), KafkaRaw(address)
+        try:
+            for conn in (first, second):
+                assert conn.request("ApiVersions", 3, {"client_software_name": "t"})["error_code"] == 0
+            with KafkaRaw(address) as third:
+                assert is_closed(third)
+            first.close()
+            deadline = time.monotonic() + 10
+            while True:  # the broker learns of the close when it reads the socket's end
+                try:
+                    assert bystander(address)["error_code"] == 0
+                    break
+                except ConnectionError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+        finally:
+            first.close()
+            second.close()
+
+
+def test_partitions_beyond_the_brokers_limit_are_refused() -> None:
+    """A CreateTopics asking for a million partitions (a few bytes of request) must not make the
+    broker allocate for them: the broker's --max-partitions refuses it with POLICY_VIOLATION."""
+    with kafka_broker_subprocess("--max-partitions", "10") as (address, _proc), KafkaRaw(address) as conn:
+
+        def create(*topics: tuple[str, int]) -> list[int]:
+            body = {"topics": [{"name": n, "num_partitions": p, "replication_factor": 1} for n, p in topics]}
+            return [t["error_code"] for t in conn.request("CreateTopics", 7, body)["topics"]]
+
+        assert create(("a", 8), ("b", 3), ("c", 2)) == [0, E["POLICY_VIOLATION"], 0]
+        assert create(("many", 10_001)) == [E["INVALID_PARTITIONS"]]  # over a topic's own limit
+        grow = conn.request(
+            "CreatePartitions", 3, {"topics": [{"name": "a", "count": 9, "assignments": None}]}
+        )
+        assert grow["results"][0]["error_code"] == E["POLICY_VIOLATION"]
+        auto = conn.request("Metadata", 12, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True})
+        assert auto["topics"][0]["error_code"] == E["POLICY_VIOLATION"]
+        assert bystander(address)["error_code"] == 0

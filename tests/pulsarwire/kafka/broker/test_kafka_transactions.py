@@ -4,12 +4,13 @@ ones they send after it): InitProducerId with a transactional id, AddPartitionsT
 transactional batches, EndTxn writing ABORT/COMMIT markers; ``read_committed`` Fetch stops at the
 last stable offset and lists aborted transactions; ListOffsets' latest is the LSO; a new
 InitProducerId fences the previous epoch and aborts its open transaction; a broker stopped
-with a transaction open aborts it when it starts again.
+with a transaction open aborts it when it starts again, and one open past its timeout is aborted.
 """
 
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ def broker(data_dir: Path) -> Iterator[tuple[str, Any]]:
 
 
 def init(conn: KafkaRaw, txn_id: str, **given: int) -> dict[str, Any]:
-    body = {"transactional_id": txn_id, "transaction_timeout_ms": 60_000, **given}
+    body: dict[str, Any] = {"transactional_id": txn_id, "transaction_timeout_ms": 60_000, **given}
     answer: dict[str, Any] = conn.request("InitProducerId", 4, body)
     return answer
 
@@ -161,3 +162,19 @@ def test_a_transaction_open_at_a_restart_is_aborted(data_dir: Path) -> None:
         assert end(conn, "app-2", pid, epoch, commit=True) == E["PRODUCER_FENCED"]
         again = init(conn, "app-2")
         assert (again["error_code"], again["producer_id"], again["producer_epoch"]) == (0, pid, epoch + 2)
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broker: tuple[str, Any]) -> None:
+    address, _proc = broker
+    with KafkaRaw(address) as conn:
+        create(conn, "slow")
+        got = init(conn, "app-3", transaction_timeout_ms=500)
+        pid, epoch = got["producer_id"], got["producer_epoch"]
+        assert add_partitions(conn, "app-3", pid, epoch, "slow", 0) == [0]
+        data = batch([b"too-late"], producer_id=pid, epoch=epoch, sequence=0, transactional=True)
+        assert produce(conn, "slow", 0, data, transactional_id="app-3")["base_offset"] == 0
+        deadline = time.monotonic() + 30
+        while committed_view(conn, "slow")[2] == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert committed_view(conn, "slow") == ([], [(pid, 0)], 2, 2)
+        assert end(conn, "app-3", pid, epoch, commit=True) == E["PRODUCER_FENCED"]

@@ -205,12 +205,13 @@ def test_list_offsets_earliest_latest_and_by_time(conn: KafkaRaw) -> None:
         parts = conn.request("ListOffsets", 7, body)["topics"][0]["partitions"]
         return [(p["error_code"], p["offset"], p["timestamp"]) for p in parts]
 
-    assert offsets(-2, -1, 1_001_000, 1_001_500, 5_000_000) == [
+    assert offsets(-2, -1, 1_001_000, 1_001_500, 5_000_000, -3) == [
         (0, 0, -1),
         (0, 6, -1),
         (0, 2, 1_001_000),
         (0, 4, 1_002_000),
         (0, -1, -1),
+        (0, 4, 1_002_000),  # -3: the first record with the largest timestamp (KIP-734)
     ]
 
 
@@ -251,3 +252,36 @@ def test_metadata_auto_creates_with_the_default_partition_count(conn: KafkaRaw) 
     everything = conn.request("Metadata", 12, {"topics": None, "allow_auto_topic_creation": False})
     assert name in {x["name"] for x in everything["topics"]}
     assert everything["brokers"][0]["node_id"] == everything["controller_id"]
+
+
+def test_topic_configs_the_broker_acts_on(conn: KafkaRaw) -> None:
+    def create(name: str, **configs: str) -> tuple[int, str | None]:
+        topic = {
+            "name": name,
+            "num_partitions": 1,
+            "replication_factor": 1,
+            "configs": [{"name": k.replace("_", "."), "value": v} for k, v in configs.items()],
+        }
+        answer = conn.request("CreateTopics", 7, {"topics": [topic], "timeout_ms": 1000})["topics"][0]
+        return answer["error_code"], answer["error_message"]
+
+    suffix = uuid.uuid4().hex[:8]
+    assert create(f"append-{suffix}", message_timestamp_type="LogAppendTime")[0] == 0
+    stamped = produce(conn, f"append-{suffix}", 0, batch([b"t"], timestamp=5))
+    assert stamped["error_code"] == 0 and stamped["log_append_time_ms"] > 5
+    (got,) = records.decode_batches(fetch(conn, f"append-{suffix}", [(0, 0)])[0]["records"])  # CRC checked
+    assert got.attributes & records.TIMESTAMP_LOG_APPEND
+    assert got.max_timestamp == stamped["log_append_time_ms"]
+
+    assert create(f"small-{suffix}", max_message_bytes="100")[0] == 0
+    assert produce(conn, f"small-{suffix}", 0, batch([b"x" * 200]))["error_code"] == E["MESSAGE_TOO_LARGE"]
+    assert produce(conn, f"small-{suffix}", 0, batch([b"x"]))["error_code"] == 0
+
+    assert create(f"isr-{suffix}", min_insync_replicas="2")[0] == 0
+    assert produce(conn, f"isr-{suffix}", 0, batch([b"x"]), acks=-1)["error_code"] == E["NOT_ENOUGH_REPLICAS"]
+    assert produce(conn, f"isr-{suffix}", 0, batch([b"x"]), acks=1)["error_code"] == 0
+
+    code, message = create(f"bad-{suffix}", message_timestamp_type="Sometimes")
+    assert code == E["INVALID_CONFIG"] and message is not None and "Sometimes" in message
+    assert create(f"bad2-{suffix}", max_message_bytes="lots")[0] == E["INVALID_CONFIG"]
+    assert create(f"bad3-{suffix}", no_such_config="1")[0] == E["INVALID_CONFIG"]
