@@ -243,6 +243,7 @@ class SaslExchange:
         if len(parts) != 3:
             raise SaslFailure("Invalid SASL/PLAIN response: expected 3 tokens")
         authzid, name, password = parts
+        self.user = name[:MAX_NAME]  # for the log line of a failure (never the password)
         if not name or not password:
             raise SaslFailure(PLAIN_FAILED)
         if authzid and authzid != name:
@@ -251,7 +252,6 @@ class SaslExchange:
             )
         if len(name) > MAX_NAME or not self.users.check_plain(name, password):
             raise SaslFailure(PLAIN_FAILED)
-        self.user = name
         self.done = True
         return b""
 
