@@ -198,6 +198,19 @@ class AuthErrors(logging.Handler):
         return self.names[0] if self.names else fallback
 
 
+def _python_sasl(args: dict[str, Any]) -> dict[str, Any]:
+    """kafka-python's and aiokafka's SASL options (the same names in both)."""
+    if not args.get("sasl"):
+        return {}
+    mechanism, user, password = args["sasl"]
+    return {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": user,
+        "sasl_plain_password": password,
+    }
+
+
 def _value(v: bytes | None) -> str | None:
     return None if v is None else v.decode("latin-1")
 
@@ -337,16 +350,7 @@ def kafkapython(scenario: str, bootstrap: str, args: dict[str, Any]) -> None:
 
     assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
     base: dict[str, Any] = {"bootstrap_servers": bootstrap, "bootstrap_timeout_ms": 4000}
-    if args.get("sasl"):
-        mech, user, password = args["sasl"]
-        base.update(
-            {
-                "security_protocol": "SASL_PLAINTEXT",
-                "sasl_mechanism": mech,
-                "sasl_plain_username": user,
-                "sasl_plain_password": password,
-            }
-        )
+    base.update(_python_sasl(args))
 
     def consumer(group: str, *topics: str, **extra: Any) -> Any:
         return KafkaConsumer(
@@ -427,16 +431,7 @@ async def _aiokafka(scenario: str, bootstrap: str, args: dict[str, Any]) -> None
 
     assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
     base: dict[str, Any] = {"bootstrap_servers": bootstrap}
-    if args.get("sasl"):
-        mech, user, password = args["sasl"]
-        base.update(
-            {
-                "security_protocol": "SASL_PLAINTEXT",
-                "sasl_mechanism": mech,
-                "sasl_plain_username": user,
-                "sasl_plain_password": password,
-            }
-        )
+    base.update(_python_sasl(args))
 
     def consumer(group: str, *topics: str, **extra: Any) -> Any:
         return AIOKafkaConsumer(

@@ -329,6 +329,19 @@ def _sync_answer(name: str, group: Group | None = None, assignment: bytes = b"")
 
 
 @dataclass(frozen=True, slots=True)
+class JoinRequest:
+    """What a JoinGroup says about the member (besides its group and member id)."""
+
+    instance_id: str | None
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str
+    client_host: str
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetCommitPart:
     """One partition of an OffsetCommit: what to store, or the error it gets."""
 
@@ -457,12 +470,19 @@ class GroupCoordinator:
             return _join_error("", "GROUP_MAX_SIZE_REACHED")
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[dict[str, Any]] = loop.create_future()
-        request = (instance_id, protocol_type, protocols, session_timeout_ms, rebalance_timeout_ms)
+        request = JoinRequest(
+            instance_id,
+            protocol_type,
+            list(protocols),
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            client_id,
+            client_host,
+        )
         if unknown:
-            answer = self._join_new(g, request, client_id, client_host, waiter, require_known_member_id,
-                                    supports_skip_assignment)  # fmt: skip
+            answer = self._join_new(g, request, waiter, require_known_member_id, supports_skip_assignment)
         else:
-            answer = self._join_existing(g, member_id, request, client_id, client_host, waiter)
+            answer = self._join_existing(g, member_id, request, waiter)
         if answer is not None:
             return answer
         self.on_deadline()
@@ -481,48 +501,44 @@ class GroupCoordinator:
     def _join_new(
         self,
         g: Group,
-        request: tuple[str | None, str, list[tuple[str, bytes]], int, int],
-        client_id: str,
-        client_host: str,
+        request: JoinRequest,
         waiter: asyncio.Future[dict[str, Any]],
         require_known_member_id: bool,
         supports_skip_assignment: bool,
     ) -> dict[str, Any] | None:
-        instance_id, protocol_type, protocols, session_ms, _ = request
+        instance_id = request.instance_id
         if g.state == DEAD:
             return _join_error("", "COORDINATOR_NOT_AVAILABLE")
-        if not g.supports(protocol_type, protocols):
+        if not g.supports(request.protocol_type, request.protocols):
             return _join_error("", "INCONSISTENT_GROUP_PROTOCOL")
-        new_id = f"{instance_id if instance_id is not None else client_id}-{uuid.uuid4()}"
+        new_id = f"{instance_id if instance_id is not None else request.client_id}-{uuid.uuid4()}"
         if instance_id is not None:
             old_id = g.static.get(instance_id)
             if old_id is not None:
                 return self._replace_static(g, old_id, new_id, request, waiter, supports_skip_assignment)
         elif require_known_member_id:
-            g.pending[new_id] = self.clock() + session_ms
+            g.pending[new_id] = self.clock() + request.session_timeout_ms
             self.on_deadline()
             return _join_error(new_id, "MEMBER_ID_REQUIRED")
-        self._add_member(g, new_id, request, client_id, client_host, waiter)
+        self._add_member(g, new_id, request, waiter)
         return None
 
     def _join_existing(
         self,
         g: Group,
         member_id: str,
-        request: tuple[str | None, str, list[tuple[str, bytes]], int, int],
-        client_id: str,
-        client_host: str,
+        request: JoinRequest,
         waiter: asyncio.Future[dict[str, Any]],
     ) -> dict[str, Any] | None:
-        instance_id, protocol_type, protocols, _, _ = request
+        instance_id, protocols = request.instance_id, request.protocols
         if g.state == DEAD:
             return _join_error(member_id, "COORDINATOR_NOT_AVAILABLE")
-        if not g.supports(protocol_type, protocols):
+        if not g.supports(request.protocol_type, protocols):
             return _join_error(member_id, "INCONSISTENT_GROUP_PROTOCOL")
         if member_id in g.pending:
             if instance_id is not None:
                 return _join_error(member_id, "UNKNOWN_MEMBER_ID")
-            self._add_member(g, member_id, request, client_id, client_host, waiter)
+            self._add_member(g, member_id, request, waiter)
             return None
         try:
             member = g.validate_member(member_id, instance_id)
@@ -573,21 +589,18 @@ class GroupCoordinator:
         self,
         g: Group,
         member_id: str,
-        request: tuple[str | None, str, list[tuple[str, bytes]], int, int],
-        client_id: str,
-        client_host: str,
+        request: JoinRequest,
         waiter: asyncio.Future[dict[str, Any]],
     ) -> None:
-        instance_id, protocol_type, protocols, session_ms, rebalance_ms = request
         member = Member(
             member_id,
-            instance_id,
-            client_id,
-            client_host,
-            session_ms,
-            rebalance_ms,
-            protocol_type,
-            list(protocols),
+            request.instance_id,
+            request.client_id,
+            request.client_host,
+            request.session_timeout_ms,
+            request.rebalance_timeout_ms,
+            request.protocol_type,
+            list(request.protocols),
             is_new=True,
             join_waiter=waiter,
             deadline=self.clock() + self.config.new_member_join_timeout_ms,
@@ -601,13 +614,12 @@ class GroupCoordinator:
         self,
         g: Group,
         member: Member,
-        request: tuple[str | None, str, list[tuple[str, bytes]], int, int],
+        request: JoinRequest,
         waiter: asyncio.Future[dict[str, Any]] | None,
     ) -> None:
-        _, _, protocols, session_ms, rebalance_ms = request
-        member.protocols = list(protocols)
-        member.session_timeout_ms = session_ms
-        member.rebalance_timeout_ms = rebalance_ms
+        member.protocols = list(request.protocols)
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
         if member.join_waiter is not None and not member.join_waiter.done():
             # a second JoinGroup of the same member replaces the first (Kafka answers the old
             # one with UNKNOWN_MEMBER_ID only when it removes the member; here it is superseded)
@@ -620,7 +632,7 @@ class GroupCoordinator:
         g: Group,
         old_id: str,
         new_id: str,
-        request: tuple[str | None, str, list[tuple[str, bytes]], int, int],
+        request: JoinRequest,
         waiter: asyncio.Future[dict[str, Any]],
         supports_skip_assignment: bool,
     ) -> dict[str, Any] | None:
@@ -639,10 +651,9 @@ class GroupCoordinator:
             g.pending_sync.discard(old_id)
             g.pending_sync.add(new_id)
         member.deadline = self.clock() + member.session_timeout_ms
-        _, _, protocols, session_ms, rebalance_ms = request
-        member.protocols = list(protocols)
-        member.session_timeout_ms = session_ms
-        member.rebalance_timeout_ms = rebalance_ms
+        member.protocols = list(request.protocols)
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
         if g.state == STABLE:
             if g.protocol_name == g.select_protocol():
                 self._persist_group(g)
