@@ -4,7 +4,8 @@
 scenarios print JSON lines on stdout (bytes as latin-1). Client options that every scenario
 shares come in ARGS_JSON (``sasl``: ``[mechanism, user, password]`` for SASL_PLAINTEXT).
 
-- ``member``: a consumer of ``topic`` in ``group`` with the partition assignors ``assignors``
+- ``member``: a consumer of ``topic`` in ``group`` (confluent-kafka: a static member when
+  ``instance`` names its ``group.instance.id``) with the partition assignors ``assignors``
   (protocol names, in preference order), short session and heartbeat times; prints
   ``{"assigned": [partitions]}`` whenever its assignment changes and ``{"records": [[p, offset,
   value], ...]}`` after each poll that brought some, committing them synchronously first.
@@ -249,7 +250,10 @@ def confluent(scenario: str, bootstrap: str, args: dict[str, Any]) -> None:
 
     if scenario == "member":
         leave = _stdin_leave()
-        c = consumer(args["group"], **{"partition.assignment.strategy": ",".join(args["assignors"])})
+        extra = {"partition.assignment.strategy": ",".join(args["assignors"])}
+        if args.get("instance"):
+            extra["group.instance.id"] = args["instance"]  # static membership (KIP-345)
+        c = consumer(args["group"], **extra)
         c.subscribe([args["topic"]])
         last: list[int] | None = None
         while not leave.is_set():

@@ -115,3 +115,41 @@ def test_two_members_of_one_client_split_and_rejoin(tmp_path: Path, client: str)
     finally:
         for m in members:
             m.kill()
+
+
+def test_a_static_member_comes_back_without_a_rebalance(tmp_path: Path) -> None:
+    """confluent-kafka with group.instance.id: killed and restarted within its session timeout,
+    it gets its partitions back and the group does not rebalance (the broker logs every
+    rebalance it starts; none does after the first generation)."""
+    topic, group = "static", "statics"
+    members: list[Member] = []
+    log = tmp_path / "broker.log"
+    try:
+        with log.open("w") as err, kafka_broker_subprocess(*broker_args(tmp_path), "--log-level", "info",
+                                                         stderr=err) as (bootstrap, _proc):  # fmt: skip
+            run("confluent", "produce", bootstrap, topic=topic, partitions=4, count=1, create=True)
+            a = Member("confluent", bootstrap, topic=topic, group=group, assignors=["range"], instance="a")
+            b = Member("confluent", bootstrap, topic=topic, group=group, assignors=["range"], instance="b")
+            members += [a, b]
+            wait_until(members, lambda: split_evenly(members, 4), "two static members split")
+            wait_until(members, lambda: "group statics: generation" in log.read_text() and
+                       log.read_text().count("is stable") >= 1, "a stable generation")  # fmt: skip
+            before = list(a.assigned), list(b.assigned)
+            rebalances = log.read_text().count("group statics: preparing to rebalance")
+            a.kill()  # no LeaveGroup: a static member's session outlives it
+            again = Member(
+                "confluent", bootstrap, topic=topic, group=group, assignors=["range"], instance="a"
+            )
+            members.append(again)
+            wait_until(
+                [again, b], lambda: again.assigned == before[0], "the instance gets its partitions back"
+            )
+            assert b.assigned == before[1]
+            described = run("confluent", "describe", bootstrap, group=group)
+            assert (described["state"], described["members"]) == ("STABLE", 2)
+            assert log.read_text().count("group statics: preparing to rebalance") == rebalances
+            again.leave()
+            b.leave()
+    finally:
+        for m in members:
+            m.kill()
