@@ -230,3 +230,56 @@ def test_committed_offsets_survive_a_restart(
         fetched = conn.request("OffsetFetch", 7, {"group_id": "simple", "topics": None})
         assert fetched["topics"][0]["partitions"][0]["committed_offset"] == 41
         assert fetched["topics"][0]["partitions"][0]["metadata"] == "m"
+
+
+def test_offsets_waiting_in_a_transaction_are_unstable(kafka_broker_factory: Callable[..., Any]) -> None:
+    broker = kafka_broker_factory(**FAST)
+    broker.create_topic("t", 1)
+    with KafkaRaw(broker.bootstrap_servers) as conn:
+        init = conn.request(
+            "InitProducerId",
+            4,
+            {
+                "transactional_id": "tx",
+                "transaction_timeout_ms": 60_000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        )
+        txn = {
+            "transactional_id": "tx",
+            "producer_id": init["producer_id"],
+            "producer_epoch": init["producer_epoch"],
+        }
+        assert conn.request("AddOffsetsToTxn", 3, {**txn, "group_id": "g"})["error_code"] == 0
+        parts = [{"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}]
+        sent = conn.request(
+            "TxnOffsetCommit",
+            3,
+            {
+                **txn,
+                "group_id": "g",
+                "generation_id": -1,
+                "member_id": "",
+                "topics": [{"name": "t", "partitions": parts}],
+            },
+        )
+        assert sent["topics"][0]["partitions"][0]["error_code"] == 0
+
+        def fetch(stable: bool) -> dict[str, Any]:
+            got = conn.request(
+                "OffsetFetch",
+                7,
+                {
+                    "group_id": "g",
+                    "require_stable": stable,
+                    "topics": [{"name": "t", "partition_indexes": [0]}],
+                },
+            )
+            partition: dict[str, Any] = got["topics"][0]["partitions"][0]
+            return partition
+
+        assert fetch(True)["error_code"] == E["UNSTABLE_OFFSET_COMMIT"]  # a read_committed consumer waits
+        assert (fetch(False)["error_code"], fetch(False)["committed_offset"]) == (0, -1)
+        assert conn.request("EndTxn", 3, {**txn, "committed": True})["error_code"] == 0
+        assert (fetch(True)["error_code"], fetch(True)["committed_offset"]) == (0, 5)
