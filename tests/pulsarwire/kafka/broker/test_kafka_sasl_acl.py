@@ -16,6 +16,7 @@ import pytest
 
 from pulsarwire.kafka.broker import sasl
 from pulsarwire.kafka.broker.acl import Acl, AclSyntaxError, Grant
+from pulsarwire.kafka.broker.group_coordinator import OffsetCommitPart
 from pulsarwire.kafka.broker.sasl import SaslExchange, SaslFailure, User, Users, scram_credential
 from pulsarwire.kafka.errors import ERROR_CODES as E
 from tests.helpers.kafka_raw import KafkaRaw, bystander, is_closed
@@ -182,3 +183,50 @@ def test_the_sasl_gate_over_a_socket(tmp_path: Path, kafka_broker_factory: Calla
         assert conn.request("Metadata", 12, {"topics": None})["brokers"]  # now served
         assert handshake(conn, "PLAIN")["error_code"] == E["ILLEGAL_SASL_STATE"]  # no second login
     assert bystander(address)["error_code"] == 0
+
+
+def test_grants_over_a_socket_without_sasl(kafka_broker_factory: Callable[..., Any]) -> None:
+    """No SASL: the connection is User:ANONYMOUS, and grants apply to it like to anyone."""
+    grants = ["User:ANONYMOUS:topic:visible:read", "User:ANONYMOUS:group:mine:read"]
+    broker = kafka_broker_factory(grant=grants, group_initial_rebalance_delay_ms=0, auto_create_topics=False)
+    broker.create_topic("visible", 1)
+    broker.create_topic("hidden", 1)
+
+    def someone_elses_group() -> None:  # made by another principal, as far as this one knows
+        groups = broker.state.extensions["groups"]
+        groups.commit(groups.validate_commit("theirs", -1, "", None, 8), [OffsetCommitPart("visible", 0, 3)])
+
+    broker.call(someone_elses_group)
+    with KafkaRaw(broker.bootstrap_servers) as conn:
+        every = conn.request("Metadata", 12, {"topics": None})
+        assert [t["name"] for t in every["topics"]] == ["visible"]  # DESCRIBE decides what is listed
+        asked = conn.request("Metadata", 12, {"topics": [{"name": "hidden"}]})
+        assert asked["topics"][0]["error_code"] == E["TOPIC_AUTHORIZATION_FAILED"]
+
+        def commit(group: str, topic: str) -> int:
+            parts = [{"partition_index": 0, "committed_offset": 1}]
+            got = conn.request(
+                "OffsetCommit", 8, {"group_id": group, "topics": [{"name": topic, "partitions": parts}]}
+            )
+            code: int = got["topics"][0]["partitions"][0]["error_code"]
+            return code
+
+        assert commit("mine", "visible") == 0
+        assert commit("mine", "hidden") == E["TOPIC_AUTHORIZATION_FAILED"]
+        assert commit("theirs", "visible") == E["GROUP_AUTHORIZATION_FAILED"]
+        found = conn.request("FindCoordinator", 3, {"key": "theirs", "key_type": 0})
+        assert found["error_code"] == E["GROUP_AUTHORIZATION_FAILED"]
+        assert (
+            conn.request("Heartbeat", 4, {"group_id": "theirs", "generation_id": 1, "member_id": "m"})[
+                "error_code"
+            ]
+            == E["GROUP_AUTHORIZATION_FAILED"]
+        )
+        fetched = conn.request("OffsetFetch", 8, {"groups": [{"group_id": "theirs", "topics": None}]})
+        assert fetched["groups"][0]["error_code"] == E["GROUP_AUTHORIZATION_FAILED"]
+        groups = conn.request("ListGroups", 4, {})["groups"]
+        assert [g["group_id"] for g in groups] == ["mine"]  # only the groups it may describe
+        described = conn.request("DescribeGroups", 5, {"groups": ["theirs"]})["groups"][0]
+        assert described["error_code"] == E["GROUP_AUTHORIZATION_FAILED"]
+        deleted = conn.request("DeleteGroups", 2, {"groups_names": ["mine"]})["results"][0]
+        assert deleted["error_code"] == E["GROUP_AUTHORIZATION_FAILED"]  # read does not give delete
