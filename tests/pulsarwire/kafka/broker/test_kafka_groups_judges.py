@@ -92,7 +92,6 @@ def test_a_mixed_group_rebalances_commits_and_resumes_after_kill_9(tmp_path: Pat
             m.kill()
 
 
-@pytest.mark.long  # about 4 s each; the mixed group above runs in every make test
 @pytest.mark.parametrize("client", ["confluent", "kafkapython", "aiokafka"])
 def test_two_members_of_one_client_split_and_rejoin(tmp_path: Path, client: str) -> None:
     topic, group = "t", f"two-{client}"
