@@ -517,6 +517,9 @@ class GroupCoordinator:
             if old_id is not None:
                 return self._replace_static(g, old_id, new_id, request, waiter, supports_skip_assignment)
         elif require_known_member_id:
+            if len(g.pending) >= self.config.max_size:
+                # ids handed out and never used would otherwise pile up for a session timeout each
+                return _join_error("", "GROUP_MAX_SIZE_REACHED")
             g.pending[new_id] = self.clock() + request.session_timeout_ms
             self.on_deadline()
             return _join_error(new_id, "MEMBER_ID_REQUIRED")
@@ -779,9 +782,13 @@ class GroupCoordinator:
         return best
 
     def poll(self) -> None:
-        """Expire sessions, pending member ids, rebalance and sync timeouts that are due."""
+        """Expire sessions, pending member ids, rebalance and sync timeouts that are due; forget
+        empty groups that hold no offsets (Kafka's group metadata clean-up)."""
         now = self.clock()
         for g in list(self.groups.values()):
+            if g.state == EMPTY and not (g.members or g.pending or g.offsets):
+                self._forget(g)
+                continue
             for member_id, deadline in list(g.pending.items()):
                 if deadline <= now:
                     g.pending.pop(member_id, None)
@@ -1005,6 +1012,16 @@ class GroupCoordinator:
 
     def list_groups(self) -> list[Group]:
         return [g for g in self.groups.values() if g.state != DEAD]
+
+    def _forget(self, g: Group) -> None:
+        if g.generation or g.protocol_type:  # its metadata was written: write that it is gone
+            try:
+                self.store.append([group_delete_record(g.group_id)], live_delta=-1)
+            except StorageError as exc:
+                log.error("group %s: its removal could not be written: %s", g.group_id, exc)
+                return
+        g.transition(DEAD)
+        del self.groups[g.group_id]
 
     def delete_group(self, group_id: str) -> int:
         if not group_id:
