@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -35,6 +37,8 @@ PER_CODEC = 12
 #: base of the records' timestamps (ms); record i of a codec is stamped BASE_TS + i * 1000
 BASE_TS = 1_700_000_000_000
 DEADLINE = 20.0
+#: the environment variable run_judge sets to a CA file: the judge then speaks TLS
+CA_ENV = "PULSARWIRE_KAFKA_JUDGE_CA"
 
 
 def expected_records(codec_index: int) -> list[list[Any]]:
@@ -46,14 +50,17 @@ def expected_records(codec_index: int) -> list[list[Any]]:
 
 
 def run_judge(
-    client: str, scenario: str, bootstrap: str, topic: str, timeout: float = 120.0
+    client: str, scenario: str, bootstrap: str, topic: str, timeout: float = 120.0, ca: Path | None = None
 ) -> dict[str, Any]:
-    """Run a judge process; returns its JSON answer (raises AssertionError with its stderr on failure)."""
+    """Run a judge process; returns its JSON answer (raises AssertionError with its stderr on failure).
+    With ``ca`` (a PEM file) the client connects with TLS and trusts that CA."""
+    env = {**os.environ, CA_ENV: str(ca)} if ca is not None else None
     proc = subprocess.run(
         [sys.executable, "-m", "tests.helpers.kafka_judge", client, scenario, bootstrap, topic],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
     assert proc.returncode == 0, f"{client} {scenario} exited {proc.returncode}: {proc.stderr[-3000:]}"
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -77,7 +84,11 @@ def confluent(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
-    base = {"bootstrap.servers": bootstrap}
+    ca = os.environ.get(CA_ENV)
+    base = {
+        "bootstrap.servers": bootstrap,
+        **({"security.protocol": "SSL", "ssl.ca.location": ca} if ca else {}),
+    }
 
     def consumer() -> Any:
         return Consumer(
@@ -284,6 +295,9 @@ def kafkapython(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions, NewTopic
     from kafka.errors import KafkaError
 
+    ca = os.environ.get(CA_ENV)
+    tls: dict[str, Any] = {"security_protocol": "SSL", "ssl_cafile": ca} if ca else {}
+
     def read(c: Any, n: int) -> list[list[Any]]:
         out: list[list[Any]] = []
         deadline = time.monotonic() + DEADLINE
@@ -296,7 +310,7 @@ def kafkapython(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
         return out
 
     if scenario == "admin":
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **tls)
 
         def code(fn: Any, *args: Any) -> str:
             try:
@@ -325,7 +339,7 @@ def kafkapython(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
         return out
 
     if scenario == "txn":
-        p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-tx")
+        p = KafkaProducer(bootstrap_servers=bootstrap, **tls, transactional_id=f"{topic}-tx")
         p.init_transactions()
         for name, commit in (("first", True), ("second", False), ("third", True)):
             p.begin_transaction()
@@ -339,7 +353,9 @@ def kafkapython(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
         p.close()
         out = {}
         for level in ("read_committed", "read_uncommitted"):
-            c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=level)
+            c = KafkaConsumer(
+                bootstrap_servers=bootstrap, **tls, enable_auto_commit=False, isolation_level=level
+            )
             tp = TopicPartition(topic, 0)
             c.assign([tp])
             c.seek_to_beginning()
@@ -354,7 +370,7 @@ def kafkapython(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
         return out
 
     if scenario == "consume":
-        c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        c = KafkaConsumer(bootstrap_servers=bootstrap, **tls, enable_auto_commit=False)
         parts = sorted(c.partitions_for_topic(topic) or ())
         tps = [TopicPartition(topic, p) for p in parts]
         c.assign(tps)
@@ -368,6 +384,7 @@ def kafkapython(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
     for i, codec in enumerate(CODECS):
         p = KafkaProducer(
             bootstrap_servers=bootstrap,
+            **tls,
             enable_idempotence=True,
             compression_type=None if codec == "none" else codec,
             linger_ms=20,
@@ -379,7 +396,7 @@ def kafkapython(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
             )  # fmt: skip
         p.flush(DEADLINE)
         p.close()
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    c = KafkaConsumer(bootstrap_servers=bootstrap, **tls, enable_auto_commit=False)
     tps = [TopicPartition(topic, i) for i in range(len(CODECS))]
     c.assign(tps)
     c.seek_to_beginning()
@@ -394,7 +411,7 @@ def kafkapython(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]:
     c.assign([TopicPartition(topic, 3)])
     c.seek_to_end()
     c.position(TopicPartition(topic, 3))
-    p = KafkaProducer(bootstrap_servers=bootstrap)
+    p = KafkaProducer(bootstrap_servers=bootstrap, **tls)
     p.send(topic, key=b"late", value=b"after-the-end", partition=3)
     p.flush(DEADLINE)
     p.close()
@@ -411,6 +428,12 @@ async def _aiokafka(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]
     from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
     from aiokafka.errors import KafkaError
+    from aiokafka.helpers import create_ssl_context
+
+    ca = os.environ.get(CA_ENV)
+    tls: dict[str, Any] = (
+        {"security_protocol": "SSL", "ssl_context": create_ssl_context(cafile=ca)} if ca else {}
+    )
 
     async def read(c: Any, n: int) -> list[list[Any]]:
         out: list[list[Any]] = []
@@ -424,7 +447,7 @@ async def _aiokafka(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]
         return out
 
     if scenario == "admin":
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **tls)
         await admin.start()
 
         async def code(coro: Any) -> str:
@@ -457,7 +480,7 @@ async def _aiokafka(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]
         return out
 
     if scenario == "txn":
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-tx")
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, **tls, transactional_id=f"{topic}-tx")
         await p.start()
         for name, commit in (("first", True), ("second", False), ("third", True)):
             await p.begin_transaction()
@@ -470,7 +493,9 @@ async def _aiokafka(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]
         await p.stop()
         txn_out: dict[str, Any] = {}
         for level in ("read_committed", "read_uncommitted"):
-            c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=level)
+            c = AIOKafkaConsumer(
+                bootstrap_servers=bootstrap, **tls, enable_auto_commit=False, isolation_level=level
+            )
             await c.start()
             tp = TopicPartition(topic, 0)
             c.assign([tp])
@@ -486,7 +511,7 @@ async def _aiokafka(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]
             await c.stop()
         return txn_out
 
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, **tls, enable_auto_commit=False)
     await c.start()
     try:
         if scenario == "consume":
@@ -504,6 +529,7 @@ async def _aiokafka(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]
         for i, codec in enumerate(CODECS):
             p = AIOKafkaProducer(
                 bootstrap_servers=bootstrap,
+                **tls,
                 enable_idempotence=True,
                 compression_type=None if codec == "none" else codec,
                 linger_ms=20,
@@ -538,7 +564,7 @@ async def _aiokafka(scenario: str, bootstrap: str, topic: str) -> dict[str, Any]
         c.assign([TopicPartition(topic, 3)])
         await c.seek_to_end(TopicPartition(topic, 3))
         await c.position(TopicPartition(topic, 3))
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, **tls)
         await p.start()
         await p.send_and_wait(topic, key=b"late", value=b"after-the-end", partition=3)
         await p.stop()

@@ -46,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertised-host", default=None, help="host clients are told in Metadata (default --host)"
     )
     p.add_argument("--data-dir", type=Path, default=None, help="keep topics here (default: in memory)")
+    p.add_argument(
+        "--tls-cert", type=Path, default=None, metavar="PEM",
+        help="serve TLS only (Kafka's SSL listener) with this certificate (and its key, unless --tls-key)",
+    )  # fmt: skip
+    p.add_argument("--tls-key", type=Path, default=None, metavar="PEM", help="the key of --tls-cert")
     p.add_argument("--node-id", type=non_negative, default=1, help="this broker's node id (default 1)")
     p.add_argument(
         "--auto-create-topics", type=_switch, default=True, metavar="BOOL",
@@ -84,9 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _CORE = {
-    "host", "port", "advertised_host", "data_dir", "node_id", "auto_create_topics", "num_partitions",
-    "max_request_bytes", "max_connections", "max_partitions", "fsync", "cache_size_mb", "max_open_logs",
-    "log_level",
+    "host", "port", "advertised_host", "data_dir", "tls_cert", "tls_key", "node_id", "auto_create_topics",
+    "num_partitions", "max_request_bytes", "max_connections", "max_partitions", "fsync", "cache_size_mb",
+    "max_open_logs", "log_level",
 }  # fmt: skip
 
 
@@ -97,6 +102,8 @@ def config_of(args: argparse.Namespace) -> KafkaBrokerConfig:
         port=args.port,
         advertised_host=args.advertised_host,
         data_dir=args.data_dir,
+        tls_cert_file=args.tls_cert,
+        tls_key_file=args.tls_key,
         node_id=args.node_id,
         auto_create_topics=args.auto_create_topics,
         num_partitions=args.num_partitions,
@@ -113,7 +120,8 @@ def config_of(args: argparse.Namespace) -> KafkaBrokerConfig:
 async def _run(cfg: KafkaBrokerConfig) -> int:
     broker = Broker(cfg)
     await broker.astart()
-    print(f"pulsarwire kafka broker ready on {broker.bootstrap_servers}", flush=True)
+    tls = " (TLS)" if cfg.tls_cert_file is not None else ""
+    print(f"pulsarwire kafka broker ready on {broker.bootstrap_servers}{tls}", flush=True)
     stop = asyncio.Event()
     received: list[int] = []
     loop = asyncio.get_running_loop()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -160,7 +161,7 @@ async def metadata(ctx: RequestContext, body: Body) -> Body:
 
 def _single_batch(records: bytes | None) -> int:
     """0 when ``records`` is exactly one v2 batch by its framing, else the error code."""
-    if not records or len(records) < LOG_OVERHEAD.size + MAGIC_AT - 11:
+    if not records or len(records) <= MAGIC_AT:  # too short to say its magic
         return E["CORRUPT_MESSAGE"]
     _, length = LOG_OVERHEAD.unpack_from(records)
     if length + LOG_OVERHEAD.size != len(records):
@@ -386,15 +387,29 @@ def _list_offset(ctx: RequestContext, name: str, p: Body, committed: bool) -> Bo
 
 
 async def list_offsets(ctx: RequestContext, body: Body) -> Body:
+    """One answer per partition asked; a partition asked more than once gets one INVALID_REQUEST,
+    as Kafka answers (which of its timestamps would the offset be for?)."""
     committed = body.get("isolation_level", 0) == READ_COMMITTED
-    topics = [
-        {
-            "name": t["name"],
-            "partitions": [_list_offset(ctx, t["name"], p, committed) for p in t["partitions"]],
-        }
-        for t in body["topics"]
-    ]
-    return {"topics": topics}
+    counts = Counter((t["name"], p["partition_index"]) for t in body["topics"] for p in t["partitions"])
+    topics: dict[str, list[Body]] = {}
+    seen: set[tuple[str, int]] = set()
+    for t in body["topics"]:
+        for p in t["partitions"]:
+            key = (t["name"], p["partition_index"])
+            if key in seen:
+                continue
+            seen.add(key)
+            if counts[key] > 1:
+                answer = {
+                    "partition_index": key[1],
+                    "error_code": E["INVALID_REQUEST"],
+                    "offset": -1,
+                    "timestamp": -1,
+                }
+            else:
+                answer = _list_offset(ctx, t["name"], p, committed)
+            topics.setdefault(t["name"], []).append(answer)
+    return {"topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
 
 
 # -- CreateTopics / DeleteTopics / CreatePartitions ---------------------------------------------

@@ -22,6 +22,9 @@ before it listens (to put its objects in ``state.extensions``, install ``state.a
 a ``state.request_gates`` entry, read ``state.config.extra``), and ``add_arguments(parser)``
 to add command-line flags (their values land in ``config.extra`` by their dest names).
 
+Listener. One, plain TCP (PLAINTEXT) or, given a certificate, TLS only (SSL); SASL works on
+either (SASL_PLAINTEXT, SASL_SSL).
+
 Connections. Each connection reads one frame at a time: the 4-byte size is checked against
 ``max_request_bytes`` before anything is read for it, the request is decoded and answered,
 and only then is the next one read -- so responses leave in request order and a connection
@@ -37,6 +40,7 @@ import asyncio
 import importlib
 import itertools
 import logging
+import ssl
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -65,6 +69,8 @@ PLUGINS = ("handlers", "transactions", "groups", "sasl", "acl")
 API_VERSIONS = API_KEYS["ApiVersions"]
 PRODUCE = API_KEYS["Produce"]
 UNSUPPORTED_VERSION = 35
+#: a TLS client that has not finished its handshake by then is dropped
+TLS_HANDSHAKE_SECONDS = 30.0
 #: bytes a connection's reader buffers before it stops reading the socket (a request larger than
 #: this is still read whole: reading resumes as the frame is taken)
 READ_BUFFER = 1 << 20
@@ -232,7 +238,7 @@ class KafkaServer:
                 except PulsarWireError as exc:  # a plugin's files or settings (SASL users, group log)
                     state.close()
                     raise BrokerStartError(str(exc)) from None
-        self._server = await _listen(self._accept, cfg.host, cfg.port)
+        self._server = await _listen(self._accept, cfg.host, cfg.port, _tls_context(cfg))
         state.port = self._server.sockets[0].getsockname()[1]
         self.state = state
         return state
@@ -268,14 +274,34 @@ class KafkaServer:
             self.state.close()
 
 
-async def _listen(callback: Any, host: str, port: int) -> asyncio.Server:
+def _tls_context(cfg: KafkaBrokerConfig) -> ssl.SSLContext | None:
+    """The listener's TLS context, or None for plain TCP; raises BrokerStartError for files it cannot use."""
+    if cfg.tls_cert_file is None:
+        if cfg.tls_key_file is not None:
+            raise BrokerStartError("--tls-key needs --tls-cert (the certificate the key belongs to)")
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(str(cfg.tls_cert_file), str(cfg.tls_key_file) if cfg.tls_key_file else None)
+    except (OSError, ssl.SSLError) as exc:
+        where = f"{cfg.tls_cert_file}" + (f" / {cfg.tls_key_file}" if cfg.tls_key_file else "")
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BrokerStartError(
+            f"cannot use the TLS certificate {where}: {reason} (give a PEM certificate and its key)"
+        ) from None
+    return context
+
+
+async def _listen(callback: Any, host: str, port: int, context: ssl.SSLContext | None) -> asyncio.Server:
     loop = asyncio.get_running_loop()
 
     def factory() -> asyncio.StreamReaderProtocol:
         reader = asyncio.StreamReader(limit=READ_BUFFER, loop=loop)
         return asyncio.StreamReaderProtocol(reader, callback, loop=loop)
 
-    return await listen(loop, factory, host, port)
+    if context is None:
+        return await listen(loop, factory, host, port)
+    return await listen(loop, factory, host, port, ssl=context, ssl_handshake_timeout=TLS_HANDSHAKE_SECONDS)
 
 
 class Broker:

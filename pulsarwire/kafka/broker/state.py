@@ -85,6 +85,10 @@ class KafkaBrokerConfig:
     node_id: int = 1
     #: the host clients are told (Metadata); the listening host when None
     advertised_host: str | None = None
+    #: with a certificate (PEM; its key in the same file or ``tls_key_file``) the listener speaks
+    #: TLS only (Kafka's SSL listener), without one plain TCP (PLAINTEXT)
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
     cluster_id: str = "pulsarwire-kafka"
     #: ``auto.create.topics.enable``
     auto_create_topics: bool = True

@@ -200,7 +200,9 @@ class TransactionCoordinator:
             return E["INVALID_TXN_STATE"]
         code, txn = self._check(txn_id, producer_id, epoch)
         if txn is None:
-            return code
+            # a batch of another epoch: Produce says INVALID_PRODUCER_EPOCH where the transaction
+            # APIs say PRODUCER_FENCED, as Kafka's partitions and coordinator answer
+            return E["INVALID_PRODUCER_EPOCH"] if code == E["PRODUCER_FENCED"] else code
         if txn.state != ONGOING or (topic, partition) not in txn.partitions:
             return E["INVALID_TXN_STATE"]
         return 0

@@ -302,8 +302,9 @@ def _decode_batch_at(r: Reader, max_decompressed: int, walk_only: bool = False) 
 def check_batch(data: bytes | memoryview, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> RecordBatch:
     """Check exactly one v2 batch as :func:`decode_batch` would, without building its records,
     and that its records' offset deltas run 0, 1, 2... (what a producer must send); returns
-    the batch with ``records`` empty. A broker validates each produced batch with it: the same
-    errors as ``decode_batch`` (a KafkaProtocolError subclass) at a fraction of the cost."""
+    the batch with ``records`` empty. A broker validates each produced batch with it: it refuses
+    what ``decode_batch`` refuses, with the same KafkaProtocolError subclass (or
+    KafkaRecordError when a wrong offset delta comes first), at a fraction of the cost."""
     r = Reader(data)
     batch = _decode_batch_at(r, max_decompressed, walk_only=True)
     r.done("record batch")
@@ -371,8 +372,10 @@ def _walk_records(buf: bytes | memoryview, count: int, base_offset: int) -> None
             raise KafkaLengthError(f"record header count {headers} does not fit the {rec_end - p} bytes left")
         for _ in range(headers):
             n, p = zigzag(buf, p, rec_end)
-            if n < 0 or n > rec_end - p:
-                raise KafkaLengthError(f"header key: length {n} with {rec_end - p} bytes left")
+            if n < 0:
+                raise KafkaLengthError(f"header key: negative length {n}")
+            if n > rec_end - p:
+                raise KafkaTruncatedError(f"header key: needs {n} bytes, {rec_end - p} left")
             try:
                 bytes(buf[p : p + n]).decode("utf-8")
             except UnicodeDecodeError as exc:

@@ -131,7 +131,7 @@ def test_abort_commit_lso_and_fencing(broker: tuple[str, Any]) -> None:
         assert (values, aborted, lso, hw) == ([b"kept"], [(pid, 0), (pid, 4)], 6, 6)
         assert end(conn, "app-1", pid, epoch, commit=True) == E["PRODUCER_FENCED"]
         late = produce(conn, "tx", 0, txn_batch(b"late", 3), transactional_id="app-1")
-        assert late["error_code"] == E["PRODUCER_FENCED"]
+        assert late["error_code"] == E["INVALID_PRODUCER_EPOCH"]
         assert add_partitions(conn, "app-1", pid, epoch, "tx", 0) == [E["PRODUCER_FENCED"]]
 
         latest = conn.request(

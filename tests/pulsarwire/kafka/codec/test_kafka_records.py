@@ -260,9 +260,10 @@ def _outcome(fn: object, data: bytes) -> type[BaseException] | RecordBatch:
     batch, st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4), st.integers(0, 64)
 )
 def test_check_batch_agrees_with_decode_batch(b: RecordBatch, flips: list[tuple[int, int]], cut: int) -> None:
-    """The broker's cheap validation accepts exactly what decoding accepts (with the same error
-    class) for a producer-shaped batch, intact or with bytes changed (CRC recomputed, so the
-    records' own structure is what is tested) or cut."""
+    """The broker's cheap validation accepts exactly what decoding accepts for a producer-shaped
+    batch, intact or with bytes changed (CRC recomputed, so the records' own structure is what is
+    tested) or cut, and refuses with the same error class -- or with KafkaRecordError when a
+    record's offset delta is wrong before the bytes that break decoding."""
     good = records.encode_batch(_producer_shaped(b))
     checked = records.check_batch(good)
     assert checked.records == () and checked == RecordBatch(
@@ -282,7 +283,9 @@ def test_check_batch_agrees_with_decode_batch(b: RecordBatch, flips: list[tuple[
             else:
                 assert walked is KafkaRecordError  # decodable, but not as a producer must send it
         else:
-            assert walked is decoded
+            assert not isinstance(walked, RecordBatch)  # refused too
+            if walked is not KafkaRecordError:  # unless the offset-delta rule caught it first:
+                assert walked is decoded  # the same error
 
 
 def _fields(b: RecordBatch) -> dict[str, object]:
