@@ -16,6 +16,9 @@ shares come in ARGS_JSON (``sasl``: ``[mechanism, user, password]`` for SASL_PLA
 - ``committed``: the group's committed offsets of the topic's partitions, as the client reads
   them (``{"committed": {partition: offset}}``).
 - ``describe``: the group as the client's admin API describes it (confluent-kafka only).
+- ``groupadmin``: the admin API on a group without members (confluent-kafka, kafka-python):
+  set its offsets (OffsetCommit, generation -1), list them, delete one (OffsetDelete,
+  kafka-python), list and describe the groups, delete the group (DeleteGroups) and again.
 - ``roundtrip``: produce one record to ``topic`` and read it back through ``group``
   (``{"value": ...}``), or ``{"error": NAME}`` with the client's name for what failed first.
 - ``denied``: with grants on, try to produce to ``topic`` and consume ``topic`` in ``group``;
@@ -283,6 +286,29 @@ def confluent(scenario: str, bootstrap: str, args: dict[str, Any]) -> None:
         tps = [TopicPartition(args["topic"], p) for p in range(args["partitions"])]
         emit(committed={str(tp.partition): tp.offset for tp in c.committed(tps, timeout=10)})
         c.close()
+    elif scenario == "groupadmin":
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        admin = AdminClient(base)
+        group, topic = args["group"], args["topic"]
+        tps = [TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 4)]
+        altered = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[
+            group
+        ].result(10)
+        listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+        groups = admin.list_consumer_groups().result(10).valid
+        admin.delete_consumer_groups([group])[group].result(10)
+        try:
+            admin.delete_consumer_groups([group])[group].result(10)
+            again = None
+        except KafkaException as exc:
+            again = exc.args[0].name()
+        emit(
+            altered=[tp.error is None for tp in altered.topic_partitions],
+            offsets={str(tp.partition): tp.offset for tp in listed.topic_partitions},
+            groups=[[g.group_id, g.state.name] for g in groups],
+            deleted_again=again,
+        )
     elif scenario == "describe":
         admin = AdminClient(base)
         d = admin.describe_consumer_groups([args["group"]])[args["group"]].result(10)
@@ -395,6 +421,29 @@ def kafkapython(scenario: str, bootstrap: str, args: dict[str, Any]) -> None:
             }
         )
         c.close()
+    elif scenario == "groupadmin":
+        from kafka.admin import KafkaAdminClient
+        from kafka.structs import OffsetAndMetadata
+
+        admin = KafkaAdminClient(**base)
+        group, topic = args["group"], args["topic"]
+        p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+        altered = admin.alter_group_offsets(
+            group, {p0: OffsetAndMetadata(5, "", -1), p1: OffsetAndMetadata(6, "", -1)}
+        )
+        removed = admin.delete_group_offsets(group, [p1])
+        listed = admin.list_group_offsets({group: None})[group]
+        described = admin.describe_groups([group])[group]
+        deleted = admin.delete_groups([group])
+        emit(
+            altered=[e.__name__ for e in altered.values()],
+            removed=[e.__name__ for e in removed.values()],
+            offsets={str(tp.partition): o.offset for tp, o in listed.items()},
+            state=described["group_state"],
+            deleted={str(g): str(e) for g, e in (deleted.items() if isinstance(deleted, dict) else deleted)},
+            after=[g["group_id"] for g in admin.list_groups()],
+        )
+        admin.close()
     elif scenario in ("roundtrip", "denied"):
         produce_error = consume_error = value = None
         auth = AuthErrors()

@@ -152,3 +152,24 @@ def test_a_static_member_comes_back_without_a_rebalance(tmp_path: Path) -> None:
     finally:
         for m in members:
             m.kill()
+
+
+def test_the_admin_clients_manage_groups_and_their_offsets(tmp_path: Path) -> None:
+    with kafka_broker_subprocess(*broker_args(tmp_path)) as (bootstrap, _proc):
+        run("confluent", "produce", bootstrap, topic="adm", partitions=2, count=1, create=True)
+        got = run("confluent", "groupadmin", bootstrap, topic="adm", group="by-confluent")
+        assert got == {
+            "altered": [True, True],
+            "offsets": {"0": 3, "1": 4},
+            "groups": [["by-confluent", "EMPTY"]],
+            "deleted_again": "GROUP_ID_NOT_FOUND",
+        }
+        got = run("kafkapython", "groupadmin", bootstrap, topic="adm", group="by-kafkapython")
+        assert got == {
+            "altered": ["NoError", "NoError"],
+            "removed": ["NoError"],
+            "offsets": {"0": 5},
+            "state": "Empty",
+            "deleted": {"by-kafkapython": "OK"},
+            "after": [],
+        }
