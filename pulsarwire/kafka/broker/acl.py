@@ -117,6 +117,22 @@ class Acl:
         if principal in self.superusers:
             return True
         resource_type, operation = resource_type.upper(), operation.upper()
+        if self._granted(principal, resource_type, name, operation):
+            return True
+        if resource_type == "CLUSTER" and operation == "IDEMPOTENT_WRITE":
+            # Kafka (KIP-679): WRITE on any topic allows an idempotent producer
+            return any(
+                g.principal in (principal, "User:*")
+                and g.resource_type == "TOPIC"
+                and not g.operations.isdisjoint({"WRITE", "ALL"})
+                for g in self.grants
+            )
+        if resource_type == "TOPIC" and operation == "CREATE":
+            # CREATE on the cluster allows creating any topic
+            return self._granted(principal, "CLUSTER", CLUSTER_NAME, "CREATE")
+        return False
+
+    def _granted(self, principal: str, resource_type: str, name: str, operation: str) -> bool:
         accepted = IMPLIED_BY.get(operation, frozenset({operation, "ALL"}))
         return any(
             g.matches(principal, resource_type, name) and not g.operations.isdisjoint(accepted)

@@ -17,8 +17,8 @@ validation (simple consumers commit with generation -1 into an empty group).
 
 Time never comes from the machine inside: ``clock`` (milliseconds) is passed in and
 :meth:`GroupCoordinator.poll` expires what is due, so unit tests advance a fake clock; the
-broker runs :func:`run_timer`, which sleeps until :meth:`next_deadline` (woken early when a
-deadline moves). JoinGroup and SyncGroup park their callers on asyncio futures until the
+broker arms a :class:`DeadlineTimer` (one ``call_later`` at :meth:`next_deadline`, moved
+earlier when a deadline moves). JoinGroup and SyncGroup park their callers on asyncio futures until the
 rebalance step completes.
 
 Committed offsets and the metadata of groups are written to :class:`GroupStore` before they are
@@ -32,7 +32,6 @@ The request handlers (one per API, bodies as the codec's dicts) live in
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import struct
 import time
@@ -330,6 +329,19 @@ def _sync_answer(name: str, group: Group | None = None, assignment: bytes = b"")
 
 
 @dataclass(frozen=True, slots=True)
+class JoinRequest:
+    """What a JoinGroup says about the member (besides its group and member id)."""
+
+    instance_id: str | None
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str
+    client_host: str
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetCommitPart:
     """One partition of an OffsetCommit: what to store, or the error it gets."""
 
@@ -458,12 +470,19 @@ class GroupCoordinator:
             return _join_error("", "GROUP_MAX_SIZE_REACHED")
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[dict[str, Any]] = loop.create_future()
-        request = (instance_id, protocol_type, protocols, session_timeout_ms, rebalance_timeout_ms)
+        request = JoinRequest(
+            instance_id,
+            protocol_type,
+            list(protocols),
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            client_id,
+            client_host,
+        )
         if unknown:
-            answer = self._join_new(g, request, client_id, client_host, waiter, require_known_member_id,
-                                    supports_skip_assignment)  # fmt: skip
+            answer = self._join_new(g, request, waiter, require_known_member_id, supports_skip_assignment)
         else:
-            answer = self._join_existing(g, member_id, request, client_id, client_host, waiter)
+            answer = self._join_existing(g, member_id, request, waiter)
         if answer is not None:
             return answer
         self.on_deadline()
@@ -482,48 +501,47 @@ class GroupCoordinator:
     def _join_new(
         self,
         g: Group,
-        request: tuple[str | None, str, list[tuple[str, bytes]], int, int],
-        client_id: str,
-        client_host: str,
+        request: JoinRequest,
         waiter: asyncio.Future[dict[str, Any]],
         require_known_member_id: bool,
         supports_skip_assignment: bool,
     ) -> dict[str, Any] | None:
-        instance_id, protocol_type, protocols, session_ms, _ = request
+        instance_id = request.instance_id
         if g.state == DEAD:
             return _join_error("", "COORDINATOR_NOT_AVAILABLE")
-        if not g.supports(protocol_type, protocols):
+        if not g.supports(request.protocol_type, request.protocols):
             return _join_error("", "INCONSISTENT_GROUP_PROTOCOL")
-        new_id = f"{instance_id if instance_id is not None else client_id}-{uuid.uuid4()}"
+        new_id = f"{instance_id if instance_id is not None else request.client_id}-{uuid.uuid4()}"
         if instance_id is not None:
             old_id = g.static.get(instance_id)
             if old_id is not None:
                 return self._replace_static(g, old_id, new_id, request, waiter, supports_skip_assignment)
         elif require_known_member_id:
-            g.pending[new_id] = self.clock() + session_ms
+            if len(g.pending) >= self.config.max_size:
+                # ids handed out and never used would otherwise pile up for a session timeout each
+                return _join_error("", "GROUP_MAX_SIZE_REACHED")
+            g.pending[new_id] = self.clock() + request.session_timeout_ms
             self.on_deadline()
             return _join_error(new_id, "MEMBER_ID_REQUIRED")
-        self._add_member(g, new_id, request, client_id, client_host, waiter)
+        self._add_member(g, new_id, request, waiter)
         return None
 
     def _join_existing(
         self,
         g: Group,
         member_id: str,
-        request: tuple[str | None, str, list[tuple[str, bytes]], int, int],
-        client_id: str,
-        client_host: str,
+        request: JoinRequest,
         waiter: asyncio.Future[dict[str, Any]],
     ) -> dict[str, Any] | None:
-        instance_id, protocol_type, protocols, _, _ = request
+        instance_id, protocols = request.instance_id, request.protocols
         if g.state == DEAD:
             return _join_error(member_id, "COORDINATOR_NOT_AVAILABLE")
-        if not g.supports(protocol_type, protocols):
+        if not g.supports(request.protocol_type, protocols):
             return _join_error(member_id, "INCONSISTENT_GROUP_PROTOCOL")
         if member_id in g.pending:
             if instance_id is not None:
                 return _join_error(member_id, "UNKNOWN_MEMBER_ID")
-            self._add_member(g, member_id, request, client_id, client_host, waiter)
+            self._add_member(g, member_id, request, waiter)
             return None
         try:
             member = g.validate_member(member_id, instance_id)
@@ -574,21 +592,18 @@ class GroupCoordinator:
         self,
         g: Group,
         member_id: str,
-        request: tuple[str | None, str, list[tuple[str, bytes]], int, int],
-        client_id: str,
-        client_host: str,
+        request: JoinRequest,
         waiter: asyncio.Future[dict[str, Any]],
     ) -> None:
-        instance_id, protocol_type, protocols, session_ms, rebalance_ms = request
         member = Member(
             member_id,
-            instance_id,
-            client_id,
-            client_host,
-            session_ms,
-            rebalance_ms,
-            protocol_type,
-            list(protocols),
+            request.instance_id,
+            request.client_id,
+            request.client_host,
+            request.session_timeout_ms,
+            request.rebalance_timeout_ms,
+            request.protocol_type,
+            list(request.protocols),
             is_new=True,
             join_waiter=waiter,
             deadline=self.clock() + self.config.new_member_join_timeout_ms,
@@ -602,13 +617,12 @@ class GroupCoordinator:
         self,
         g: Group,
         member: Member,
-        request: tuple[str | None, str, list[tuple[str, bytes]], int, int],
+        request: JoinRequest,
         waiter: asyncio.Future[dict[str, Any]] | None,
     ) -> None:
-        _, _, protocols, session_ms, rebalance_ms = request
-        member.protocols = list(protocols)
-        member.session_timeout_ms = session_ms
-        member.rebalance_timeout_ms = rebalance_ms
+        member.protocols = list(request.protocols)
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
         if member.join_waiter is not None and not member.join_waiter.done():
             # a second JoinGroup of the same member replaces the first (Kafka answers the old
             # one with UNKNOWN_MEMBER_ID only when it removes the member; here it is superseded)
@@ -621,7 +635,7 @@ class GroupCoordinator:
         g: Group,
         old_id: str,
         new_id: str,
-        request: tuple[str | None, str, list[tuple[str, bytes]], int, int],
+        request: JoinRequest,
         waiter: asyncio.Future[dict[str, Any]],
         supports_skip_assignment: bool,
     ) -> dict[str, Any] | None:
@@ -640,10 +654,9 @@ class GroupCoordinator:
             g.pending_sync.discard(old_id)
             g.pending_sync.add(new_id)
         member.deadline = self.clock() + member.session_timeout_ms
-        _, _, protocols, session_ms, rebalance_ms = request
-        member.protocols = list(protocols)
-        member.session_timeout_ms = session_ms
-        member.rebalance_timeout_ms = rebalance_ms
+        member.protocols = list(request.protocols)
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
         if g.state == STABLE:
             if g.protocol_name == g.select_protocol():
                 self._persist_group(g)
@@ -769,9 +782,13 @@ class GroupCoordinator:
         return best
 
     def poll(self) -> None:
-        """Expire sessions, pending member ids, rebalance and sync timeouts that are due."""
+        """Expire sessions, pending member ids, rebalance and sync timeouts that are due; forget
+        empty groups that hold no offsets (Kafka's group metadata clean-up)."""
         now = self.clock()
         for g in list(self.groups.values()):
+            if g.state == EMPTY and not (g.members or g.pending or g.offsets):
+                self._forget(g)
+                continue
             for member_id, deadline in list(g.pending.items()):
                 if deadline <= now:
                     g.pending.pop(member_id, None)
@@ -996,6 +1013,16 @@ class GroupCoordinator:
     def list_groups(self) -> list[Group]:
         return [g for g in self.groups.values() if g.state != DEAD]
 
+    def _forget(self, g: Group) -> None:
+        if g.generation or g.protocol_type:  # its metadata was written: write that it is gone
+            try:
+                self.store.append([group_delete_record(g.group_id)], live_delta=-1)
+            except StorageError as exc:
+                log.error("group %s: its removal could not be written: %s", g.group_id, exc)
+                return
+        g.transition(DEAD)
+        del self.groups[g.group_id]
+
     def delete_group(self, group_id: str) -> int:
         if not group_id:
             return E["INVALID_GROUP_ID"]
@@ -1037,21 +1064,49 @@ class GroupCoordinator:
 ERRORS_BY_CODE: dict[int, str] = {code: name for name, code in E.items()}
 
 
-async def run_timer(coordinator: GroupCoordinator, *, max_sleep_s: float = 1.0) -> None:
-    """Drive the coordinator's deadlines until cancelled (the broker runs this as a task)."""
-    wake = asyncio.Event()
-    coordinator.on_deadline = wake.set
-    while True:
-        coordinator.poll()
-        deadline = coordinator.next_deadline()
-        sleep = (
-            max_sleep_s
-            if deadline is None
-            else min(max((deadline - coordinator.clock()) / 1000.0, 0.0), max_sleep_s)
-        )
-        wake.clear()
-        if sleep > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=sleep)
-        else:
-            await asyncio.sleep(0)
+class DeadlineTimer:
+    """Runs :meth:`GroupCoordinator.poll` on the event loop when the next deadline comes.
+
+    One ``loop.call_later`` handle at a time, moved earlier when the coordinator says a deadline
+    moved (``on_deadline``) and re-armed after each poll; at most ``max_sleep_s`` between polls.
+    :meth:`stop` cancels it at once (no task is left behind).
+    """
+
+    def __init__(self, coordinator: GroupCoordinator, *, max_sleep_s: float = 1.0) -> None:
+        self.coordinator = coordinator
+        self.max_sleep_s = max_sleep_s
+        self._loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = None
+        self._at = 0.0
+        self._stopped = False
+        coordinator.on_deadline = self.arm
+        self.arm()
+
+    def arm(self) -> None:
+        if self._stopped:
+            return
+        deadline = self.coordinator.next_deadline()
+        delay = self.max_sleep_s
+        if deadline is not None:
+            delay = min(max((deadline - self.coordinator.clock()) / 1000.0, 0.0), self.max_sleep_s)
+        at = self._loop.time() + delay
+        if self._handle is not None:
+            if self._at <= at:
+                return  # already due no later
+            self._handle.cancel()
+        self._at = at
+        self._handle = self._loop.call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        try:
+            self.coordinator.poll()
+        except Exception:  # a bug must not stop the clock of every group
+            log.exception("the group coordinator's timer failed")
+        self.arm()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None

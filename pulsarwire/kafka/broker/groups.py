@@ -19,20 +19,18 @@ GROUP_AUTHORIZATION_FAILED or TOPIC_AUTHORIZATION_FAILED where Kafka puts them.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pulsarwire.errors import StorageError
 from pulsarwire.kafka.broker.group_coordinator import (
+    DeadlineTimer,
     Group,
     GroupConfig,
     GroupCoordinator,
     GroupError,
     OffsetCommitPart,
-    run_timer,
 )
 from pulsarwire.kafka.broker.group_store import CommittedOffset, GroupStore
 from pulsarwire.kafka.codec import API_KEYS
@@ -275,13 +273,28 @@ async def offset_commit(ctx: RequestContext, body: Body) -> Body:
     return _commit_answer(topics, errors, 0)
 
 
+def _pending_transactional(ctx: RequestContext, group_id: str) -> set[tuple[str, int]]:
+    """Partitions with offsets of the group waiting in an open transaction (TxnOffsetCommit)."""
+    coordinator = ctx.broker.extensions.get("transactions")
+    pending: set[tuple[str, int]] = set()
+    for txn in getattr(coordinator, "transactions", {}).values():
+        if txn.state == "Ongoing":
+            pending.update(txn.offsets.get(group_id, {}))
+    return pending
+
+
 def _fetch_group(
-    ctx: RequestContext, group_id: str, topics: list[Body] | None, *, partition_field: str
+    ctx: RequestContext, group_id: str, topics: list[Body] | None, *, require_stable: bool = False
 ) -> tuple[int, list[Body]]:
-    """(group error, topic answers) of one group of an OffsetFetch."""
+    """(group error, topic answers) of one group of an OffsetFetch.
+
+    With ``require_stable`` (a ``read_committed`` consumer), a partition whose offset waits in an
+    open transaction is UNSTABLE_OFFSET_COMMIT, which the client retries, as Kafka answers.
+    """
     if not _allowed(ctx, "DESCRIBE", "GROUP", group_id):
         return E["GROUP_AUTHORIZATION_FAILED"], []
     committed = _coordinator(ctx).committed(group_id) or {}
+    unstable = _pending_transactional(ctx, group_id) if require_stable else set()
     out: list[Body] = []
 
     def entry(index: int, o: CommittedOffset | None, error: int = 0) -> Body:
@@ -304,9 +317,14 @@ def _fetch_group(
             name = t["name"]
             if not _allowed(ctx, "DESCRIBE", "TOPIC", name):
                 denied = E["TOPIC_AUTHORIZATION_FAILED"]
-                parts = [entry(i, None, denied) for i in t[partition_field]]
+                parts = [entry(i, None, denied) for i in t["partition_indexes"]]
             else:
-                parts = [entry(i, committed.get((name, i))) for i in t[partition_field]]
+                parts = [
+                    entry(i, None, E["UNSTABLE_OFFSET_COMMIT"])
+                    if (name, i) in unstable
+                    else entry(i, committed.get((name, i)))
+                    for i in t["partition_indexes"]
+                ]
             out.append({"name": name, "partitions": parts})
     return 0, out
 
@@ -316,10 +334,12 @@ async def offset_fetch(ctx: RequestContext, body: Body) -> Body:
     if version >= 8:
         groups = []
         for g in body["groups"]:
-            error, topics = _fetch_group(ctx, g["group_id"], g["topics"], partition_field="partition_indexes")
+            error, topics = _fetch_group(
+                ctx, g["group_id"], g["topics"], require_stable=body["require_stable"]
+            )
             groups.append({"group_id": g["group_id"], "topics": topics, "error_code": error})
         return {"throttle_time_ms": 0, "groups": groups}
-    error, topics = _fetch_group(ctx, body["group_id"], body["topics"], partition_field="partition_indexes")
+    error, topics = _fetch_group(ctx, body["group_id"], body["topics"], require_stable=body["require_stable"])
     if error and version < 2:
         # no top-level error before v2: each requested partition carries it
         topics = [
@@ -542,7 +562,7 @@ def attach(state: BrokerState) -> None:
     cfg = state.config
     coordinator = GroupCoordinator(GroupStore(cfg.data_dir, fsync=cfg.fsync), group_config(cfg.extra))
     state.extensions[EXTENSION] = coordinator
-    timer = asyncio.get_running_loop().create_task(run_timer(coordinator))
+    timer = DeadlineTimer(coordinator)
 
     def txn_offsets(group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int, str | None]]) -> None:
         coordinator.commit_transactional(group_id, offsets)
@@ -552,8 +572,7 @@ def attach(state: BrokerState) -> None:
         sinks.append(txn_offsets)
 
     def close() -> None:
-        timer.cancel()
-        with contextlib.suppress(RuntimeError):
-            coordinator.close()
+        timer.stop()
+        coordinator.close()
 
     state.on_close.append(close)

@@ -24,7 +24,8 @@ The exchange (:class:`SaslExchange`, one per connection in ``session.data``):
   password, so user names cannot be probed.
 
 Comparisons are constant-time (``hmac.compare_digest``). A failed login is answered
-SASL_AUTHENTICATION_FAILED with Kafka's message and the connection is closed after the answer;
+SASL_AUTHENTICATION_FAILED with Kafka's message and the connection is closed 100 ms after the
+answer (Kafka's ``connection.failed.authentication.delay.ms``, so the client reads it first);
 the log names the user and mechanism, never a password, proof or nonce. The authenticated
 principal is ``User:NAME`` (``session.principal``), what ACL grants name.
 """
@@ -65,8 +66,10 @@ SCRAM_ITERATIONS = 4096
 EXTENSION = "sasl"
 #: the request keys an unauthenticated connection may send
 BEFORE_AUTH = frozenset({API_KEYS["ApiVersions"], API_KEYS["SaslHandshake"], API_KEYS["SaslAuthenticate"]})
-#: session.data key the core reads to close a connection once its answer is written
+#: session.data key the core reads to close a connection this many seconds after its answer
 CLOSE_AFTER_ANSWER = "close_after_answer"
+#: Kafka's connection.failed.authentication.delay.ms (100 ms): the client reads the answer first
+CLOSE_DELAY = 0.1
 #: the longest user name accepted (a longer one is a failed login, not an allocation)
 MAX_NAME = 1024
 
@@ -240,6 +243,7 @@ class SaslExchange:
         if len(parts) != 3:
             raise SaslFailure("Invalid SASL/PLAIN response: expected 3 tokens")
         authzid, name, password = parts
+        self.user = name[:MAX_NAME]  # for the log line of a failure (never the password)
         if not name or not password:
             raise SaslFailure(PLAIN_FAILED)
         if authzid and authzid != name:
@@ -248,7 +252,6 @@ class SaslExchange:
             )
         if len(name) > MAX_NAME or not self.users.check_plain(name, password):
             raise SaslFailure(PLAIN_FAILED)
-        self.user = name
         self.done = True
         return b""
 
@@ -327,11 +330,11 @@ async def sasl_handshake(ctx: RequestContext, body: Body) -> Body:
     offered = list(users.mechanisms) if users is not None else []
     mechanism = body["mechanism"]
     if users is None or mechanism not in users.mechanisms:
-        ctx.session.data[CLOSE_AFTER_ANSWER] = True
+        ctx.session.data[CLOSE_AFTER_ANSWER] = CLOSE_DELAY
         return {"error_code": E["UNSUPPORTED_SASL_MECHANISM"], "mechanisms": offered}
     if ctx.session.authenticated or ctx.api_version < 1:
         # re-authentication (KIP-368) is not offered; v0 would send raw tokens we do not frame
-        ctx.session.data[CLOSE_AFTER_ANSWER] = True
+        ctx.session.data[CLOSE_AFTER_ANSWER] = CLOSE_DELAY
         return {"error_code": E["ILLEGAL_SASL_STATE"], "mechanisms": offered}
     ctx.session.data[EXTENSION] = SaslExchange(users, mechanism)
     return {"error_code": 0, "mechanisms": offered}
@@ -340,7 +343,7 @@ async def sasl_handshake(ctx: RequestContext, body: Body) -> Body:
 async def sasl_authenticate(ctx: RequestContext, body: Body) -> Body:
     exchange: SaslExchange | None = ctx.session.data.get(EXTENSION)
     if exchange is None or exchange.done or ctx.session.authenticated:
-        ctx.session.data[CLOSE_AFTER_ANSWER] = True
+        ctx.session.data[CLOSE_AFTER_ANSWER] = CLOSE_DELAY
         return {
             "error_code": E["ILLEGAL_SASL_STATE"],
             "error_message": "SaslAuthenticate without a SaslHandshake before it",
@@ -354,7 +357,7 @@ async def sasl_authenticate(ctx: RequestContext, body: Body) -> Body:
             "connection %s: SASL %s login of %r failed", ctx.session.peer, exchange.mechanism, exchange.user
         )
         ctx.session.data.pop(EXTENSION, None)
-        ctx.session.data[CLOSE_AFTER_ANSWER] = True
+        ctx.session.data[CLOSE_AFTER_ANSWER] = CLOSE_DELAY
         return {
             "error_code": exc.code,
             "error_message": exc.message,

@@ -147,8 +147,12 @@ class Connection:
                 if isinstance(answer, bytes):
                     self.writer.write(SIZE.pack(len(answer)) + answer)
                     await self.writer.drain()
-                if self.session.data.get("close_after_answer"):
-                    return  # a handler asked (sasl.py: a failed login is answered, then closed)
+                close_after = self.session.data.get("close_after_answer")
+                if close_after is not None:
+                    # a handler asked (sasl.py: a failed login is answered, then closed after
+                    # Kafka's connection.failed.authentication.delay.ms, so the client reads it first)
+                    await asyncio.sleep(float(close_after))
+                    return
         except (ConnectionError, asyncio.IncompleteReadError):
             return
         finally:

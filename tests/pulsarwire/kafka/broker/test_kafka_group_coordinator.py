@@ -129,8 +129,15 @@ def test_one_member_joins_syncs_and_heartbeats() -> None:
         me = answer["member_id"]
         assert gc.groups["g"].state == COMPLETING_REBALANCE
         assert gc.heartbeat("g", 1, me, None) == 0  # heartbeats are fine while completing
-        answer = await gc.sync("g", 1, me, instance_id=None, protocol_type="consumer", protocol_name="range",
-                             assignments=[(me, b"plan")])  # fmt: skip
+        answer = await gc.sync(
+            "g",
+            1,
+            me,
+            instance_id=None,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=[(me, b"plan")],
+        )
         assert answer == {
             "error_code": 0,
             "protocol_type": "consumer",
@@ -476,5 +483,28 @@ def test_group_max_size() -> None:
         await stable_group(gc, clock, 1)
         refused = await join(gc)  # checked before a member id is handed out, as Kafka
         assert refused["error_code"] == E["GROUP_MAX_SIZE_REACHED"] and refused["member_id"] == ""
+
+    run(main)
+
+
+def test_unused_member_ids_and_empty_groups_are_bounded(tmp_path: Path) -> None:
+    async def main() -> None:
+        clock = Clock()
+        gc = coordinator(clock, tmp_path, max_size=3)
+        answers = [await join(gc) for _ in range(4)]  # ids handed out, never used
+        assert [a["error_code"] for a in answers] == [E["MEMBER_ID_REQUIRED"]] * 3 + [
+            E["GROUP_MAX_SIZE_REACHED"]
+        ]
+        for i in range(50):  # garbage groups: refused joins leave nothing behind
+            await join(gc, group=f"junk-{i}", protocols=[])
+        clock.now += 1001  # the unused ids expire
+        gc.poll()
+        assert gc.groups["g"].pending == {}
+        [me] = await stable_group(gc, clock, 1)
+        gc.leave("g", [(me, None)])
+        gc.poll()
+        assert gc.groups == {}  # empty, no offsets: forgotten, as Kafka's clean-up does
+        gc.close()
+        assert coordinator(clock, tmp_path).groups == {}  # and not brought back by a restart
 
     run(main)
