@@ -19,28 +19,33 @@ with ``pulsar_broker.create_namespace("shop/orders")``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from pulsarwire.broker import Broker
 from pulsarwire.kafka.broker import Broker as KafkaBroker
 
+B = TypeVar("B", Broker, KafkaBroker)
 
-@pytest.fixture
-def pulsar_broker_factory() -> Iterator[Callable[..., Broker]]:
-    started: list[Broker] = []
 
-    def start(**config: Any) -> Broker:
-        config.setdefault("deduplication", True)
-        config.setdefault("http_port", 0)
-        b = Broker(**config).start()
+def _started(make: Callable[..., B], **defaults: Any) -> Iterator[Callable[..., B]]:
+    """A factory of started brokers (``defaults`` under the caller's settings), all stopped after."""
+    started: list[B] = []
+
+    def start(**config: Any) -> B:
+        b = make(**{**defaults, **config}).start()
         started.append(b)
         return b
 
     yield start
     for b in reversed(started):
         b.stop()
+
+
+@pytest.fixture
+def pulsar_broker_factory() -> Iterator[Callable[..., Broker]]:
+    yield from _started(Broker, deduplication=True, http_port=0)
 
 
 @pytest.fixture
@@ -52,16 +57,7 @@ def pulsar_broker(pulsar_broker_factory: Callable[..., Broker]) -> Broker:
 
 @pytest.fixture
 def kafka_broker_factory() -> Iterator[Callable[..., KafkaBroker]]:
-    started: list[KafkaBroker] = []
-
-    def start(**config: Any) -> KafkaBroker:
-        b = KafkaBroker(**config).start()
-        started.append(b)
-        return b
-
-    yield start
-    for b in reversed(started):
-        b.stop()
+    yield from _started(KafkaBroker)
 
 
 @pytest.fixture
