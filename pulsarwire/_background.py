@@ -3,7 +3,9 @@
 
 :func:`start_loop_thread` runs ``astart()`` on a new event loop in a daemon thread and returns
 once it is done (raising what it raised); the loop then runs until :func:`stop_loop_thread`,
-which stops it, lets ``astop()`` run on it and joins the thread.
+which stops it, lets ``astop()`` run on it and joins the thread. :class:`InBackground` is what
+the in-process servers share on top: ``start()``/``stop()``, ``with``, and :meth:`~InBackground.call`
+(thread-safe access to the server's state from the caller's thread).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, Self
 
 
 def start_loop_thread(
@@ -51,3 +54,48 @@ def stop_loop_thread(
     """Stop ``loop`` (its ``astop()`` then runs) and wait for ``thread`` to end."""
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=timeout)
+
+
+class InBackground:
+    """An asyncio server run on a loop of its own in a daemon thread: subclasses give
+    :attr:`thread_name`, :meth:`astart` and :meth:`astop`."""
+
+    thread_name: ClassVar[str]
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+
+    async def astart(self) -> object:
+        """Start serving on the running loop."""
+        raise NotImplementedError
+
+    async def astop(self) -> object:
+        """Stop serving (on the loop, after it stopped running)."""
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        """Start in a background thread with its own event loop; returns when listening (raises
+        what starting raised)."""
+        self._loop, self._thread = start_loop_thread(self.thread_name, self.astart, self.astop)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            stop_loop_thread(self._loop, self._thread)
+            self._thread = None
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the server's loop and return its result (thread-safe access to its
+        state); directly when not started or already on that loop."""
+        if self._loop is None or self._thread is None or threading.current_thread() is self._thread:
+            return fn(*args)
+
+        async def run() -> Any:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -15,14 +15,18 @@ import asyncio
 import threading
 from typing import Any
 
-from pulsarwire._background import start_loop_thread, stop_loop_thread
+from pulsarwire._background import InBackground
 from pulsarwire.codec.frames import crc32c
 from pulsarwire.naming import TopicName
 
 from .server import Broker, BrokerConfig
 
 
-class Cluster:
+class Cluster(InBackground):
+    """Brokers sharing topics on one loop in a background thread (``with Cluster(3) as c``)."""
+
+    thread_name = "pulsarwire-cluster"
+
     def __init__(self, size: int = 2, **config: Any) -> None:
         if size < 2:
             raise ValueError("a cluster needs at least 2 brokers")
@@ -61,26 +65,11 @@ class Cluster:
         self.brokers[0].call(move)
         return self.owner_of(name)
 
-    def start(self) -> Cluster:
-        async def astart() -> None:
-            for b in self.brokers:
-                b._thread = threading.current_thread()
-                await b.astart()
+    async def astart(self) -> None:
+        for b in self.brokers:
+            b._thread = threading.current_thread()
+            await b.astart()
 
-        async def astop() -> None:
-            for b in self.brokers:
-                await b.astop()
-
-        self._loop, self._thread = start_loop_thread("pulsarwire-cluster", astart, astop)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            stop_loop_thread(self._loop, self._thread)
-            self._thread = None
-
-    def __enter__(self) -> Cluster:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    async def astop(self) -> None:
+        for b in self.brokers:
+            await b.astop()

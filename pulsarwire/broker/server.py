@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
-from pulsarwire._background import start_loop_thread, stop_loop_thread
+from pulsarwire._background import InBackground
 from pulsarwire.errors import StorageError
 
 from .config import INTERNAL_LISTENER, BrokerConfig, Listener
@@ -68,8 +68,10 @@ class _Shared(Generic[V]):
         setattr(broker.service, self.name, value)
 
 
-class Broker:
+class Broker(InBackground):
     """A single-node Pulsar broker. See the module docstring."""
+
+    thread_name = "pulsarwire-broker"
 
     topics: _Shared[dict[str, Topic]] = _Shared()
     partitioned: _Shared[dict[str, int]] = _Shared()
@@ -226,34 +228,11 @@ class Broker:
         await self.service.cancel_tasks()
         self.service.close_logs()
 
-    def start(self) -> Broker:
-        """Start in a background thread with its own event loop; returns when listening."""
-        _loop, self._thread = start_loop_thread("pulsarwire-broker", self.astart, self.astop)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            stop_loop_thread(self._loop, self._thread)
-            self._thread = None
-
     def restart(self) -> Broker:
         """Stop and start again on the same ports and data dir, forgetting everything not on disk."""
         self.stop()
         self.service.reset()
         return self.start()
-
-    def __enter__(self) -> Broker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def call(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn(*args)`` on the broker's loop and return its result (thread-safe admin access)."""
-        if self._loop is None or self._thread is None or threading.current_thread() is self._thread:
-            return fn(*args)
-        fut = asyncio.run_coroutine_threadsafe(_as_coro(fn, *args), self._loop)
-        return fut.result(timeout=30)
 
     def _connection(self) -> ServerConnection:
         return ServerConnection(self.service)
@@ -347,7 +326,3 @@ class Broker:
 
     def owns(self, name: str) -> bool:
         return self.service.owns(name)
-
-
-async def _as_coro(fn: Any, *args: Any) -> Any:
-    return fn(*args)

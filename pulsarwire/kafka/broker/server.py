@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from pulsarwire._background import start_loop_thread, stop_loop_thread
+from pulsarwire._background import InBackground
 from pulsarwire.broker.net import BrokerStartError, listen, url_host
 from pulsarwire.errors import PulsarWireError, StorageError
 from pulsarwire.kafka.broker.context import RequestContext, Session
@@ -304,12 +304,14 @@ async def _listen(callback: Any, host: str, port: int, context: ssl.SSLContext |
     return await listen(loop, factory, host, port, ssl=context, ssl_handshake_timeout=TLS_HANDSHAKE_SECONDS)
 
 
-class Broker:
+class Broker(InBackground):
     """A Kafka broker in a background thread: ``with Broker(data_dir=...) as b: b.bootstrap_servers``.
 
     Keyword arguments are :class:`KafkaBrokerConfig` fields (``port=0`` picks a free port, the
     default here); unknown ones go to ``config.extra`` for the optional modules.
     """
+
+    thread_name = "pulsarwire-kafka-broker"
 
     def __init__(self, config: KafkaBrokerConfig | None = None, **overrides: Any) -> None:
         cfg = config or KafkaBrokerConfig(port=0)
@@ -352,30 +354,10 @@ class Broker:
         if self.server is not None:
             await self.server.stop()
 
-    def start(self) -> Broker:
-        """Start in a background thread with its own event loop; returns when listening."""
-        self._loop, self._thread = start_loop_thread("pulsarwire-kafka-broker", self.astart, self.astop)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            stop_loop_thread(self._loop, self._thread)
-            self._thread = None
-
     def restart(self) -> Broker:
         """Stop and start again on the same port and data dir, forgetting everything not on disk."""
         self.stop()
         return self.start()
-
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run ``fn(*args)`` on the broker's loop (thread-safe access to the state)."""
-        if self._loop is None or self._thread is None or threading.current_thread() is self._thread:
-            return fn(*args)
-
-        async def run() -> Any:
-            return fn(*args)
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)
 
     def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
         """Create a topic; raises TopicError (exists, bad name or count) or StorageError."""
@@ -383,9 +365,3 @@ class Broker:
 
     def topic_names(self) -> list[str]:
         return sorted(self.call(lambda: list(self.state.topics)))
-
-    def __enter__(self) -> Broker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
