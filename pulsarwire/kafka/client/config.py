@@ -68,8 +68,6 @@ PROPERTIES: dict[str, Prop] = {
     "on_delivery": Prop("callable", None, PRODUCER),
     "delivery.report.only.error": Prop("bool", False, PRODUCER),
     # consumer
-    "group.id": Prop("str", None, CONSUMER),
-    "enable.auto.commit": Prop("bool", True, CONSUMER),
     "auto.offset.reset": Prop(
         "enum",
         "latest",
@@ -103,6 +101,7 @@ ALIASES: dict[str, str] = {
 # keys of features this client does not have yet: refused, never silently ignored
 UNSUPPORTED: dict[str, str] = {
     "transactional.id": "transactions",
+    "group.id": "consumer groups and offset commits",
     "sasl.mechanism": "SASL authentication",
     "sasl.mechanisms": "SASL authentication",
     "sasl.username": "SASL authentication",
@@ -119,6 +118,8 @@ UNSUPPORTED: dict[str, str] = {
     "auto.commit.interval.ms": "consumer groups",
     "group.instance.id": "consumer groups",
     "on_commit": "consumer groups",
+    "enable.auto.commit": "consumer groups and offset commits",
+    "enable.auto.offset.store": "consumer groups and offset commits",
 }
 
 _ENUM_ALIASES = {
