@@ -94,7 +94,8 @@ class ClientBase:
         limit = self._timeout(timeout)
 
         async def bounded() -> R:
-            return await asyncio.wait_for(coro, limit)
+            async with asyncio.timeout(limit):
+                return await coro
 
         try:
             return self._bridge.run(bounded())

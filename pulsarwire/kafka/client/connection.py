@@ -114,7 +114,9 @@ class BrokerConnection(asyncio.Protocol):
         self, api_key: int, body: Body, *, version: int | None = None, timeout: float = 30.0
     ) -> Body:
         """Send a request and wait for its answer's body; raises ConnectionLost or KafkaException."""
-        return await asyncio.wait_for(self.send(api_key, body, version=version), timeout)
+        fut = self.send(api_key, body, version=version)
+        async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancel
+            return await fut
 
     def send(self, api_key: int, body: Body, *, version: int | None = None) -> asyncio.Future[Body]:
         """Send a request now; the future completes with the answer's body."""

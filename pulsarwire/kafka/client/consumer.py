@@ -116,7 +116,8 @@ class _Fetcher:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), 0.5)
+                async with asyncio.timeout(0.5):
+                    await self.wakeup.wait()
             self.wakeup.clear()
             try:
                 await self._round()

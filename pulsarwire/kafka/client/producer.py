@@ -240,7 +240,8 @@ class _Core:
     async def _send_loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self.wakeup.wait()
             self.wakeup.clear()
             self._expire()
             if not self.ready:
