@@ -115,7 +115,9 @@ class Broker:
                         await writer.drain()
                         continue
                     assert isinstance(answer, dict)
-                    writer.write(join(encode_response(req.api_key, req.api_version, req.correlation_id, answer)))
+                    writer.write(
+                        join(encode_response(req.api_key, req.api_version, req.correlation_id, answer))
+                    )
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -161,7 +163,9 @@ class Broker:
         if self.mode == "notleader" and self.produces == 1:
             pr["error_code"] = 6
             return answer
-        seen = [i for i, (pid, seq, _) in enumerate(self.log) if (pid, seq) == (b.producer_id, b.base_sequence)]
+        seen = [
+            i for i, (pid, seq, _) in enumerate(self.log) if (pid, seq) == (b.producer_id, b.base_sequence)
+        ]
         if seen:
             print(f"duplicate {b.producer_id} {b.base_sequence}", flush=True)
             pr["base_offset"] = sum(n for _, _, n in self.log[: seen[0]])

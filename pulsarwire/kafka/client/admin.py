@@ -4,7 +4,8 @@
 controller (from Metadata) and return at once a dict of ``concurrent.futures.Future`` per topic,
 as confluent-kafka does: ``result()`` is None on success and raises
 :class:`~pulsarwire.kafka.client.errors.KafkaException` with Kafka's error code (and the broker's
-message) otherwise. ``list_topics`` is the shared one (``ClusterMetadata``). A request that
+message) otherwise. An ``operation_timeout`` of 0 (confluent-kafka's default) sends
+``request.timeout.ms`` as the broker-side timeout (Kafka answers REQUEST_TIMED_OUT to 0). ``list_topics`` is the shared one (``ClusterMetadata``). A request that
 cannot be sent at all (no broker, the broker lacks the API) fails every future with that error.
 """
 
@@ -93,6 +94,11 @@ class AdminClient(ClientBase):
                 )
         return futures
 
+    def _op_timeout(self, operation_timeout: float) -> int:
+        if operation_timeout > 0:
+            return int(operation_timeout * 1000)
+        return self._config.get_int("request.timeout.ms")
+
     def create_topics(
         self,
         new_topics: list[NewTopic],
@@ -112,7 +118,11 @@ class AdminClient(ClientBase):
             }
             for t in new_topics
         ]
-        body = {"topics": topics, "timeout_ms": int(operation_timeout * 1000), "validate_only": validate_only}
+        body = {
+            "topics": topics,
+            "timeout_ms": self._op_timeout(operation_timeout),
+            "validate_only": validate_only,
+        }
         return self._controller_call(
             CREATE_TOPICS, body, [t.topic for t in new_topics], "topics", request_timeout
         )
@@ -123,7 +133,7 @@ class AdminClient(ClientBase):
         body = {
             "topics": [{"name": t} for t in topics],
             "topic_names": list(topics),
-            "timeout_ms": int(operation_timeout * 1000),
+            "timeout_ms": self._op_timeout(operation_timeout),
         }
         return self._controller_call(DELETE_TOPICS, body, list(topics), "responses", request_timeout)
 
@@ -144,7 +154,11 @@ class AdminClient(ClientBase):
             }
             for p in new_partitions
         ]
-        body = {"topics": topics, "timeout_ms": int(operation_timeout * 1000), "validate_only": validate_only}
+        body = {
+            "topics": topics,
+            "timeout_ms": self._op_timeout(operation_timeout),
+            "validate_only": validate_only,
+        }
         return self._controller_call(
             CREATE_PARTITIONS, body, [p.topic for p in new_partitions], "results", request_timeout
         )

@@ -152,45 +152,56 @@ class _Fetcher:
         part = info.partitions.get(p.partition) if info is not None else None
         return part.leader if part is not None else -1
 
-    async def list_offsets(self, requests: list[tuple[str, int, int]]) -> dict[TP, tuple[int, int, int]]:
-        """``(topic, partition, timestamp)`` → ``{tp: (error_code, offset, timestamp)}`` via each leader."""
+    async def list_offsets(self, requests: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
+        """``(topic, partition, timestamp)`` → ``(error_code, offset)`` each, asked of each leader
+        (a partition asked twice goes in two requests: Kafka refuses duplicates in one)."""
         topics = sorted({t for t, _, _ in requests})
         if any(t not in self.cluster.topics for t in topics):
             await self.cluster.refresh(topics)
-        by_leader: dict[int, list[tuple[str, int, int]]] = {}
-        out: dict[TP, tuple[int, int, int]] = {}
-        for t, p, ts in requests:
-            info = self.cluster.topics.get(t)
-            part = info.partitions.get(p) if info is not None else None
-            if part is None or part.leader < 0:
-                out[(t, p)] = (3, -1, -1)
-                continue
-            by_leader.setdefault(part.leader, []).append((t, p, ts))
-        for leader, items in by_leader.items():
-            body: dict[str, Any] = {
-                "replica_id": -1,
-                "isolation_level": 1 if self.read_committed else 0,
-                "timeout_ms": 30000,
-                "topics": [
-                    {
-                        "name": t,
-                        "partitions": [
-                            {"partition_index": p, "current_leader_epoch": -1, "timestamp": ts}
-                            for tt, p, ts in items
-                            if tt == t
-                        ],
-                    }
-                    for t in sorted({t for t, _, _ in items})
-                ],
-            }
-            answer = await self.cluster.request(leader, LIST_OFFSETS, body)
-            for t in answer["topics"]:
-                for p in t["partitions"]:
-                    out[(t["name"], p["partition_index"])] = (
-                        p["error_code"],
-                        p["offset"],
-                        p.get("timestamp", -1),
-                    )
+        out: list[tuple[int, int]] = [(3, -1)] * len(requests)
+        todo = list(range(len(requests)))
+        while todo:
+            seen: set[TP] = set()
+            now: dict[int, list[int]] = {}
+            later: list[int] = []
+            for i in todo:
+                t, p, _ = requests[i]
+                info = self.cluster.topics.get(t)
+                part = info.partitions.get(p) if info is not None else None
+                if part is None or part.leader < 0:
+                    continue
+                if (t, p) in seen:
+                    later.append(i)
+                    continue
+                seen.add((t, p))
+                now.setdefault(part.leader, []).append(i)
+            for leader, items in now.items():
+                names = sorted({requests[i][0] for i in items})
+                body: dict[str, Any] = {
+                    "replica_id": -1,
+                    "isolation_level": 1 if self.read_committed else 0,
+                    "timeout_ms": 30000,
+                    "topics": [
+                        {
+                            "name": name,
+                            "partitions": [
+                                {"partition_index": requests[i][1], "current_leader_epoch": -1,
+                                 "timestamp": requests[i][2]}
+                                for i in items
+                                if requests[i][0] == name
+                            ],
+                        }
+                        for name in names
+                    ],
+                }  # fmt: skip
+                answer = await self.cluster.request(leader, LIST_OFFSETS, body)
+                where = {(requests[i][0], requests[i][1]): i for i in items}
+                for t in answer["topics"]:
+                    for p in t["partitions"]:
+                        i = where.get((t["name"], p["partition_index"]), -1)
+                        if i >= 0:
+                            out[i] = (p["error_code"], p["offset"])
+            todo = later
         return out
 
     async def _resolve(self, parts: list[_Part]) -> None:
@@ -201,8 +212,7 @@ class _Fetcher:
         finally:
             for p in parts:
                 p.busy = False
-        for p in parts:
-            code, offset, _ = answers.get((p.topic, p.partition), (3, -1, -1))
+        for p, (code, offset) in zip(parts, answers, strict=True):
             if p.position >= 0:  # sought meanwhile
                 continue
             if code == 0 and offset >= 0:
@@ -520,11 +530,8 @@ class Consumer(ClientBase):
             return (part.low, part.high) if part is not None else (OFFSET_INVALID, OFFSET_INVALID)
 
         async def ask() -> tuple[int, int]:
-            answers = await self._fetcher.list_offsets([(*tp, OFFSET_BEGINNING)])
-            low = answers[tp]
-            answers = await self._fetcher.list_offsets([(*tp, OFFSET_END)])
-            high = answers[tp]
-            for code, _, _ in (low, high):
+            low, high = await self._fetcher.list_offsets([(*tp, OFFSET_BEGINNING), (*tp, OFFSET_END)])
+            for code, _ in (low, high):
                 if code:
                     raise KafkaException(KafkaError(code, f"{tp[0]} [{tp[1]}]: {KafkaError(code)}"))
             return low[1], high[1]
@@ -537,15 +544,12 @@ class Consumer(ClientBase):
         """For each partition (``offset`` holding a timestamp in ms) the first offset at or after
         it (-1 if none)."""
 
-        async def ask() -> dict[TP, tuple[int, int, int]]:
-            return await self._fetcher.list_offsets(
-                [(tp.topic, tp.partition, tp.offset) for tp in partitions]
-            )
+        async def ask() -> list[tuple[int, int]]:
+            return await self._fetcher.list_offsets([(tp.topic, tp.partition, tp.offset) for tp in partitions])
 
         answers = self._run(ask(), timeout)
         out: list[TopicPartition] = []
-        for tp in partitions:
-            code, offset, _ = answers.get((tp.topic, tp.partition), (3, -1, -1))
+        for tp, (code, offset) in zip(partitions, answers, strict=True):
             res = TopicPartition(tp.topic, tp.partition, offset if code == 0 else OFFSET_INVALID)
             if code:
                 res.error = KafkaError(code, f"{tp.topic} [{tp.partition}]: {KafkaError(code)}")

@@ -18,7 +18,11 @@ BASE = {"bootstrap.servers": "127.0.0.1:9092"}
 
 @pytest.mark.parametrize(
     ("key", "suggestion"),
-    [("linger.mss", "linger.ms"), ("bootstrap.server", "bootstrap.servers"), ("compresion.type", "compression.type")],
+    [
+        ("linger.mss", "linger.ms"),
+        ("bootstrap.server", "bootstrap.servers"),
+        ("compresion.type", "compression.type"),
+    ],
 )
 def test_an_unknown_key_names_itself_and_the_closest_known_one(key: str, suggestion: str) -> None:
     with pytest.raises(KafkaConfigError) as info:

@@ -48,7 +48,7 @@ def test_a_producer_facing_oversize_frames_gets_a_typed_delivery_error_in_time()
         assert producer.flush(10) == 0
         took = time.monotonic() - start
         producer.close(1)
-    (err, _), = reports
+    ((err, _),) = reports
     assert err is not None and err.code() == KafkaError._TRANSPORT  # type: ignore[attr-defined]
     assert "frame of 1073741824 bytes" in err.str()
     assert took < 10

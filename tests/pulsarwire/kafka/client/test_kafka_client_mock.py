@@ -136,7 +136,13 @@ def test_we_read_what_confluent_produces(bootstrap: str, codec: str) -> None:
     mine = sorted((m.partition(), m.offset(), m.key(), m.value(), m.headers(), m.timestamp()) for m in got)
     where = {m.key(): (m.partition(), m.offset()) for m in reports}
     theirs = sorted(
-        (*where[rec["key"]], rec["key"], rec["value"], rec["headers"], (TIMESTAMP_CREATE_TIME, rec["timestamp"]))
+        (
+            *where[rec["key"]],
+            rec["key"],
+            rec["value"],
+            rec["headers"],
+            (TIMESTAMP_CREATE_TIME, rec["timestamp"]),
+        )
         for rec in sent
     )
     assert mine == theirs
