@@ -5,7 +5,8 @@ controller (from Metadata) and return at once a dict of ``concurrent.futures.Fut
 as confluent-kafka does: ``result()`` is None on success and raises
 :class:`~pulsarwire.kafka.client.errors.KafkaException` with Kafka's error code (and the broker's
 message) otherwise. An ``operation_timeout`` of 0 (confluent-kafka's default) sends
-``request.timeout.ms`` as the broker-side timeout (Kafka answers REQUEST_TIMED_OUT to 0). ``list_topics`` is the shared one (``ClusterMetadata``). A request that
+``request.timeout.ms`` as the broker-side timeout (Kafka answers REQUEST_TIMED_OUT to 0).
+``list_topics`` is the shared one (``ClusterMetadata``). A request that
 cannot be sent at all (no broker, the broker lacks the API) fails every future with that error.
 """
 

@@ -35,6 +35,7 @@ from pulsarwire.kafka.client.cluster import Cluster
 from pulsarwire.kafka.client.config import Config
 from pulsarwire.kafka.client.connection import ConnectionLost
 from pulsarwire.kafka.client.errors import LOCAL_CODES, KafkaError, KafkaException
+from pulsarwire.kafka.client.fetching import AbortedFilter, fetch_body
 from pulsarwire.kafka.client.message import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -231,30 +232,12 @@ class _Fetcher:
 
     async def _fetch(self, leader: int, parts: list[_Part]) -> None:
         generations = {(p.topic, p.partition): p.generation for p in parts}
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for p in parts:
-            topics.setdefault(p.topic, []).append(
-                {
-                    "partition": p.partition,
-                    "current_leader_epoch": -1,
-                    "fetch_offset": p.position,
-                    "last_fetched_epoch": -1,
-                    "log_start_offset": -1,
-                    "partition_max_bytes": self.part_max,
-                }
-            )
-        body: dict[str, Any] = {
-            "replica_id": -1,
-            "max_wait_ms": self.max_wait,
-            "min_bytes": self.min_bytes,
-            "max_bytes": self.max_bytes,
-            "isolation_level": 1 if self.read_committed else 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }
+        topics = sorted({p.topic for p in parts})
+        body = fetch_body(
+            [(p.topic, p.partition, p.position) for p in parts], max_wait_ms=self.max_wait,
+            min_bytes=self.min_bytes, max_bytes=self.max_bytes, partition_max_bytes=self.part_max,
+            read_committed=self.read_committed,
+        )  # fmt: skip
         refresh = False
         try:
             answer = await self.cluster.request(leader, FETCH, body)
@@ -274,7 +257,7 @@ class _Fetcher:
                 p.busy = False
         if refresh:
             with contextlib.suppress(KafkaException):
-                await self.cluster.refresh(sorted(topics))
+                await self.cluster.refresh(topics)
         self.wakeup.set()
 
     def _take(self, p: _Part, r: dict[str, Any]) -> bool:
@@ -324,19 +307,14 @@ class _Fetcher:
         batches: list[RecordBatch] = decode_batches(data, partial_tail=True)
         if not batches:
             return out, start
-        pending = sorted(aborted, key=lambda a: a["first_offset"])
-        active: set[int] = set()
+        txn = AbortedFilter(aborted, self.read_committed)
         for b in batches:
-            if self.read_committed:
-                while pending and pending[0]["first_offset"] <= b.last_offset:
-                    active.add(pending.pop(0)["producer_id"])
+            is_commit = None
             if b.is_control:
-                if b.records:
-                    is_commit, _ = control_type(b.records[0])
-                    if not is_commit:
-                        active.discard(b.producer_id)
-                continue
-            if self.read_committed and b.is_transactional and b.producer_id in active:
+                is_commit = control_type(b.records[0])[0] if b.records else True
+            if not txn.keep(
+                b.last_offset, b.producer_id, b.is_transactional, b.is_control, is_commit=is_commit
+            ):
                 continue
             base, base_ts = b.base_offset, b.base_timestamp
             log_append = bool(b.attributes & TIMESTAMP_LOG_APPEND)
@@ -545,7 +523,9 @@ class Consumer(ClientBase):
         it (-1 if none)."""
 
         async def ask() -> list[tuple[int, int]]:
-            return await self._fetcher.list_offsets([(tp.topic, tp.partition, tp.offset) for tp in partitions])
+            return await self._fetcher.list_offsets(
+                [(tp.topic, tp.partition, tp.offset) for tp in partitions]
+            )
 
         answers = self._run(ask(), timeout)
         out: list[TopicPartition] = []
