@@ -4,7 +4,8 @@ A frame declaring 1 GiB closes the connection with a typed error before anything
 it, and a producer facing it gets a typed delivery error within ``delivery.timeout.ms``; a batch
 with a bad CRC, one that inflates past the decompression bound, one that lies about its record
 count each become one error event naming topic, partition and offset — nothing is handed out from
-it, nothing after it is skipped to, and ``close()`` returns at once. An ack lost with the
+it, nothing after it is skipped to, and ``close()`` returns at once; the Arrow reader raises the
+same typed error. An ack lost with the
 connection, or a NOT_LEADER answer, is retried with the same producer id and sequence, so the
 broker stores each record once and the delivery report comes once.
 """
@@ -17,7 +18,8 @@ import tracemalloc
 
 import pytest
 
-from pulsarwire.kafka.client import Consumer, KafkaError, Producer, TopicPartition
+from pulsarwire.kafka.client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from pulsarwire.kafka.client.arrow import ArrowReader
 from pulsarwire.kafka.client.connection import BrokerConnection, ConnectionLost
 from tests.helpers.kafka_fake_broker import fake_broker
 
@@ -95,3 +97,21 @@ def test_a_retried_batch_is_stored_once_and_reported_once(mode: str) -> None:
     assert stored == ["stored 4242 0 3"]
     if mode == "dropack":
         assert broker.lines.count("duplicate 4242 0") == 1
+
+
+@pytest.mark.parametrize(
+    ("mode", "detail"),
+    [("badcrc", "CRC32C"), ("bomb", "decompress"), ("liecount", "count 1000")],
+)
+def test_the_arrow_reader_refuses_a_corrupt_batch_naming_where(mode: str, detail: str) -> None:
+    pytest.importorskip("pyarrow")  # the "arrow" extra; installed with the test extra
+    with fake_broker(mode) as broker:
+        reader = ArrowReader({"bootstrap.servers": broker.bootstrap})
+        try:
+            with pytest.raises(KafkaException) as info:
+                list(reader.read("t", 0, 0, 3))
+        finally:
+            reader.close()
+    err = info.value.error
+    assert err.code() == KafkaError._BAD_MSG  # type: ignore[attr-defined]
+    assert "t [0] at offset 0" in err.str() and detail in err.str()

@@ -25,10 +25,12 @@ from pulsarwire.kafka.client import (
     TIMESTAMP_CREATE_TIME,
     Consumer,
     KafkaError,
+    KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
+from pulsarwire.kafka.client.arrow import ArrowReader, arrow_schema
 from pulsarwire.kafka.client.partitioner import murmur2, partition_for_key
 from tests.helpers.kafka_mock import mock_cluster
 
@@ -262,3 +264,32 @@ def test_list_topics_has_confluents_shape(bootstrap: str) -> None:
     assert list(md.brokers) == [1] and md.brokers[1].port == int(bootstrap.rsplit(":", 1)[1])
     assert sorted(md.topics[topic].partitions) == list(range(PARTITIONS))
     assert md.topics[topic].error is None and md.topics[topic].partitions[0].leader == 1
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_the_arrow_reader_reads_an_offset_range_as_confluent_wrote_it(bootstrap: str, codec: str) -> None:
+    pa = pytest.importorskip("pyarrow")  # the "arrow" extra; installed with the test extra
+    topic = new_topic()
+    sent = [
+        {"key": None if i % 3 == 0 else b"k%d" % i, "value": None if i == 7 else b"v%d" % i, "partition": 0,
+         "headers": [("h", b"%d" % i), ("null", None)] if i % 2 else None, "timestamp": 1_700_000_000_000 + i}
+        for i in range(300)
+    ]  # fmt: skip
+    their_produce(bootstrap, topic, sent, **{"compression.type": codec, "linger.ms": 50, "batch.num.messages": 50})
+    reader = ArrowReader({"bootstrap.servers": bootstrap, "max.partition.fetch.bytes": 4096})
+    try:
+        batches = list(reader.read(topic, 0, 5, 290))
+        with pytest.raises(KafkaException, match=r"the range ends at 400 but the partition ends at 300"):
+            list(reader.read(topic, 0, 290, 400))
+    finally:
+        reader.close()
+    assert len(batches) > 1  # several Fetch answers (4 KiB per partition)
+    table = pa.Table.from_batches(batches)
+    assert table.schema == arrow_schema()
+    rows = table.to_pylist()
+    assert [r["offset"] for r in rows] == list(range(5, 290))
+    for r in rows:
+        rec = sent[r["offset"]]
+        assert (r["key"], r["value"], r["topic"], r["partition"]) == (rec["key"], rec["value"], topic, 0)
+        assert r["timestamp"].timestamp() * 1000 == pytest.approx(rec["timestamp"])
+        assert [(h["key"], h["value"]) for h in r["headers"]] == (rec["headers"] or [])
