@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import confluent_kafka  # noqa: E402
+import confluent_kafka
 
-from pulsarwire.kafka import client as ours  # noqa: E402
-from pulsarwire.kafka.client.arrow import ArrowReader  # noqa: E402
-from tests.helpers.kafka_mock import mock_cluster  # noqa: E402
+from pulsarwire.kafka import client as ours
+from pulsarwire.kafka.client.arrow import ArrowReader
+from tests.helpers.kafka_mock import mock_cluster
 
 VALUE = b"x" * 100
 
@@ -87,8 +87,9 @@ def consume_rate(consumer: object, topic: str, n: int, tp: object) -> float:
 
 
 def theirs_consume(bootstrap: str, topic: str, low: int, high: int) -> float:
-    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                                  "enable.auto.commit": False})  # fmt: skip
+    c = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False}
+    )
     return consume_rate(c, topic, high - low, confluent_kafka.TopicPartition(topic, 0, low))
 
 

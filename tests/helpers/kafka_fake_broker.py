@@ -38,8 +38,11 @@ TOPIC = "t"
 
 
 def batch(base: int, values: list[bytes], codec: int = rec.compression.NONE) -> bytes:
-    return rec.encode_batch(rec.make_batch(base, [(None, v, ()) for v in values], timestamp=1_700_000_000_000,
-                                           compression_codec=codec))  # fmt: skip
+    return rec.encode_batch(
+        rec.make_batch(
+            base, [(None, v, ()) for v in values], timestamp=1_700_000_000_000, compression_codec=codec
+        )
+    )
 
 
 def fetch_records(mode: str) -> bytes:
@@ -52,8 +55,21 @@ def fetch_records(mode: str) -> bytes:
         rec._encode_record(body, rec.Record(0, 0, None, b"\0" * (256 << 20)))
         c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
         section = c.compress(bytes(body)) + c.flush()
-        head = rec.BATCH_HEADER.pack(0, rec.BATCH_HEADER.size - 12 + len(section), -1, 2, 0, rec.compression.GZIP,
-                                     0, 0, 0, -1, -1, -1, 1)  # fmt: skip
+        head = rec.BATCH_HEADER.pack(
+            0,
+            rec.BATCH_HEADER.size - 12 + len(section),
+            -1,
+            2,
+            0,
+            rec.compression.GZIP,
+            0,
+            0,
+            0,
+            -1,
+            -1,
+            -1,
+            1,
+        )
         out = bytearray(head) + section
         struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[rec.CRC_FROM :])))
         return bytes(out)
@@ -75,8 +91,12 @@ class Running:
 
 @contextlib.contextmanager
 def fake_broker(mode: str) -> Iterator[Running]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.kafka_fake_broker", mode],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.helpers.kafka_fake_broker", mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None and proc.stdin is not None
     running = Running(f"127.0.0.1:{proc.stdout.readline().strip()}")
     try:
@@ -128,27 +148,74 @@ class Broker:
         if key == 18:
             from pulsarwire.kafka.codec import versions
 
-            keys = [{"api_key": k, "min_version": versions(k)[0], "max_version": versions(k)[1]}
-                    for k in (0, 1, 2, 3, 18, 22)]  # fmt: skip
+            keys = [
+                {"api_key": k, "min_version": versions(k)[0], "max_version": versions(k)[1]}
+                for k in (0, 1, 2, 3, 18, 22)
+            ]
             return {"error_code": 0, "api_keys": keys}
         if key == 3:
             return {
                 "brokers": [{"node_id": 0, "host": "127.0.0.1", "port": self.port, "rack": None}],
-                "cluster_id": "fake", "controller_id": 0,
-                "topics": [{"error_code": 0, "name": TOPIC, "is_internal": False, "partitions": [
-                    {"error_code": 0, "partition_index": 0, "leader_id": 0, "leader_epoch": 0,
-                     "replica_nodes": [0], "isr_nodes": [0], "offline_replicas": []}]}],
-            }  # fmt: skip
+                "cluster_id": "fake",
+                "controller_id": 0,
+                "topics": [
+                    {
+                        "error_code": 0,
+                        "name": TOPIC,
+                        "is_internal": False,
+                        "partitions": [
+                            {
+                                "error_code": 0,
+                                "partition_index": 0,
+                                "leader_id": 0,
+                                "leader_epoch": 0,
+                                "replica_nodes": [0],
+                                "isr_nodes": [0],
+                                "offline_replicas": [],
+                            }
+                        ],
+                    }
+                ],
+            }
         if key == 2:
-            return {"topics": [{"name": t["name"], "partitions": [
-                {"partition_index": p["partition_index"], "error_code": 0, "timestamp": -1, "offset": 0}
-                for p in t["partitions"]]} for t in body["topics"]]}  # fmt: skip
+            return {
+                "topics": [
+                    {
+                        "name": t["name"],
+                        "partitions": [
+                            {
+                                "partition_index": p["partition_index"],
+                                "error_code": 0,
+                                "timestamp": -1,
+                                "offset": 0,
+                            }
+                            for p in t["partitions"]
+                        ],
+                    }
+                    for t in body["topics"]
+                ]
+            }
         if key == 22:
             return {"error_code": 0, "producer_id": 4242, "producer_epoch": 0}
         if key == 1:
-            return {"responses": [{"topic": TOPIC, "partitions": [{
-                "partition_index": 0, "error_code": 0, "high_watermark": 3, "last_stable_offset": 3,
-                "log_start_offset": 0, "aborted_transactions": None, "records": fetch_records(self.mode)}]}]}  # fmt: skip
+            return {
+                "responses": [
+                    {
+                        "topic": TOPIC,
+                        "partitions": [
+                            {
+                                "partition_index": 0,
+                                "error_code": 0,
+                                "high_watermark": 3,
+                                "last_stable_offset": 3,
+                                "log_start_offset": 0,
+                                "aborted_transactions": None,
+                                "records": fetch_records(self.mode),
+                            }
+                        ],
+                    }
+                ]
+            }
         if key == 0:
             return self.produce(body)
         raise AssertionError(f"api {key}")
@@ -157,8 +224,22 @@ class Broker:
         self.produces += 1
         part = body["topic_data"][0]["partition_data"][0]
         (b,) = decode_batches(part["records"])
-        answer = {"responses": [{"name": TOPIC, "partition_responses": [
-            {"index": 0, "error_code": 0, "base_offset": 0, "log_append_time_ms": -1, "log_start_offset": 0}]}]}  # fmt: skip
+        answer = {
+            "responses": [
+                {
+                    "name": TOPIC,
+                    "partition_responses": [
+                        {
+                            "index": 0,
+                            "error_code": 0,
+                            "base_offset": 0,
+                            "log_append_time_ms": -1,
+                            "log_start_offset": 0,
+                        }
+                    ],
+                }
+            ]
+        }
         pr = answer["responses"][0]["partition_responses"][0]
         if self.mode == "notleader" and self.produces == 1:
             pr["error_code"] = 6

@@ -22,8 +22,11 @@ def mock_cluster(brokers: int = 1) -> Iterator[str]:
     """A running mock cluster's ``bootstrap.servers``."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.helpers.kafka_mock", str(brokers)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()

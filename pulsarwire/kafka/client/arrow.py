@@ -51,12 +51,17 @@ def arrow_schema() -> pa.Schema:
     import pyarrow as pa
 
     header = pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
-    return pa.schema([
-        pa.field("key", pa.binary()), pa.field("value", pa.binary()),
-        pa.field("topic", pa.string(), nullable=False), pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False), pa.field("timestamp", pa.timestamp("ms")),
-        pa.field("headers", pa.list_(header)),
-    ])  # fmt: skip
+    return pa.schema(
+        [
+            pa.field("key", pa.binary()),
+            pa.field("value", pa.binary()),
+            pa.field("topic", pa.string(), nullable=False),
+            pa.field("partition", pa.int32(), nullable=False),
+            pa.field("offset", pa.int64(), nullable=False),
+            pa.field("timestamp", pa.timestamp("ms")),
+            pa.field("headers", pa.list_(header)),
+        ]
+    )
 
 
 class _Bad(Exception):
@@ -84,9 +89,16 @@ class _Columns:
         self.hvalue_valid = bytearray()
 
     def add_section(
-        self, sec: bytes, count: int, base_offset: int, base_ts: int, max_ts: int, log_append: bool,
-        start: int, end: int,
-    ) -> None:  # fmt: skip
+        self,
+        sec: bytes,
+        count: int,
+        base_offset: int,
+        base_ts: int,
+        max_ts: int,
+        log_append: bool,
+        start: int,
+        end: int,
+    ) -> None:
         """Append the records of one (decompressed) section whose offsets fall in [start, end)."""
         pos, limit = 0, len(sec)
         keys, values = self.keys, self.values
@@ -188,10 +200,12 @@ class _Columns:
 
         hcount = len(self.hkey_ends) - 1
         header_struct = pa.StructArray.from_arrays(
-            [binary(pa.string(), hcount, bytearray(b"\1" * hcount), self.hkey_ends, self.hkeys),
-             binary(pa.binary(), hcount, self.hvalue_valid, self.hvalue_ends, self.hvalues)],
+            [
+                binary(pa.string(), hcount, bytearray(b"\1" * hcount), self.hkey_ends, self.hkeys),
+                binary(pa.binary(), hcount, self.hvalue_valid, self.hvalue_ends, self.hvalues),
+            ],
             fields=list(schema.field("headers").type.value_type),
-        )  # fmt: skip
+        )
         list_ends = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(self.header_ends)])
         headers = pa.ListArray.from_arrays(list_ends, header_struct)
         columns = [
@@ -233,9 +247,11 @@ class ArrowReader(ClientBase):
         c = self._config
         self._read_committed = c.get_str("isolation.level") == "read_committed"
         self._fetch_sizes = (
-            c.get_int("fetch.wait.max.ms"), c.get_int("fetch.min.bytes"), c.get_int("fetch.max.bytes"),
+            c.get_int("fetch.wait.max.ms"),
+            c.get_int("fetch.min.bytes"),
+            c.get_int("fetch.max.bytes"),
             c.get_int("max.partition.fetch.bytes"),
-        )  # fmt: skip
+        )
 
     def read(self, topic: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
         """RecordBatches of the records at offsets ``[start, end)`` (one per Fetch answer)."""
@@ -271,9 +287,13 @@ class ArrowReader(ClientBase):
             raise KafkaException(KafkaError(3, f"{topic} [{partition}]: no such partition or no leader"))
         wait, least, most, per_partition = self._fetch_sizes
         body = fetch_body(
-            [(topic, partition, position)], max_wait_ms=wait, min_bytes=least, max_bytes=most,
-            partition_max_bytes=per_partition, read_committed=self._read_committed,
-        )  # fmt: skip
+            [(topic, partition, position)],
+            max_wait_ms=wait,
+            min_bytes=least,
+            max_bytes=most,
+            partition_max_bytes=per_partition,
+            read_committed=self._read_committed,
+        )
         answer = await self._cluster.request(part.leader, FETCH, body)
         for t in answer["responses"]:
             for p in t["partitions"]:
@@ -298,8 +318,9 @@ class ArrowReader(ClientBase):
             try:
                 if length < _HEAD.size - 12:
                     raise _Bad(f"batch length {length}")
-                (_, _, _, magic, crc, attributes, last_delta, base_ts, max_ts, producer_id, _, _,
-                 count) = _HEAD.unpack_from(data, pos)  # fmt: skip
+                (_, _, _, magic, crc, attributes, last_delta, base_ts, max_ts, producer_id, _, _, count) = (
+                    _HEAD.unpack_from(data, pos)
+                )
                 if magic != 2:
                     raise _Bad(f"magic {magic}: only record batches v2 are read into Arrow")
                 batch_end = pos + 12 + length
@@ -307,8 +328,13 @@ class ArrowReader(ClientBase):
                 if actual != crc:
                     raise _Bad(f"CRC32C {actual:#010x}, header says {crc:#010x}")
                 last_offset = base_offset + last_delta
-                keep = txn.keep(last_offset, producer_id, bool(attributes & TRANSACTIONAL),
-                                bool(attributes & CONTROL), raw=mv[pos:batch_end])  # fmt: skip
+                keep = txn.keep(
+                    last_offset,
+                    producer_id,
+                    bool(attributes & TRANSACTIONAL),
+                    bool(attributes & CONTROL),
+                    raw=mv[pos:batch_end],
+                )
                 if keep and last_offset >= position and base_offset < end:
                     section: bytes = bytes(mv[pos + _HEAD.size : batch_end])
                     codec = attributes & COMPRESSION_MASK
@@ -316,8 +342,16 @@ class ArrowReader(ClientBase):
                         section = compression.decompress(codec, section, DEFAULT_MAX_DECOMPRESSED)
                     if count < 0 or count > len(section):
                         raise _Bad(f"count {count} does not fit the batch's {len(section)} bytes")
-                    cols.add_section(section, count, base_offset, base_ts, max_ts,
-                                     bool(attributes & TIMESTAMP_LOG_APPEND), position, end)  # fmt: skip
+                    cols.add_section(
+                        section,
+                        count,
+                        base_offset,
+                        base_ts,
+                        max_ts,
+                        bool(attributes & TIMESTAMP_LOG_APPEND),
+                        position,
+                        end,
+                    )
             except (_Bad, KafkaWireError, struct.error) as exc:
                 raise KafkaException(KafkaError(LOCAL_CODES["_BAD_MSG"], f"{where}: {exc}")) from None
             position = max(position, min(last_offset + 1, end))

@@ -186,15 +186,18 @@ class _Fetcher:
                         {
                             "name": name,
                             "partitions": [
-                                {"partition_index": requests[i][1], "current_leader_epoch": -1,
-                                 "timestamp": requests[i][2]}
+                                {
+                                    "partition_index": requests[i][1],
+                                    "current_leader_epoch": -1,
+                                    "timestamp": requests[i][2],
+                                }
                                 for i in items
                                 if requests[i][0] == name
                             ],
                         }
                         for name in names
                     ],
-                }  # fmt: skip
+                }
                 answer = await self.cluster.request(leader, LIST_OFFSETS, body)
                 where = {(requests[i][0], requests[i][1]): i for i in items}
                 for t in answer["topics"]:
@@ -234,10 +237,13 @@ class _Fetcher:
         generations = {(p.topic, p.partition): p.generation for p in parts}
         topics = sorted({p.topic for p in parts})
         body = fetch_body(
-            [(p.topic, p.partition, p.position) for p in parts], max_wait_ms=self.max_wait,
-            min_bytes=self.min_bytes, max_bytes=self.max_bytes, partition_max_bytes=self.part_max,
+            [(p.topic, p.partition, p.position) for p in parts],
+            max_wait_ms=self.max_wait,
+            min_bytes=self.min_bytes,
+            max_bytes=self.max_bytes,
+            partition_max_bytes=self.part_max,
             read_committed=self.read_committed,
-        )  # fmt: skip
+        )
         refresh = False
         try:
             answer = await self.cluster.request(leader, FETCH, body)

@@ -16,22 +16,39 @@ from pulsarwire.kafka.codec.records import control_type, decode_batch
 
 
 def fetch_body(
-    partitions: list[tuple[str, int, int]], *, max_wait_ms: int, min_bytes: int, max_bytes: int,
-    partition_max_bytes: int, read_committed: bool,
-) -> dict[str, Any]:  # fmt: skip
+    partitions: list[tuple[str, int, int]],
+    *,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    partition_max_bytes: int,
+    read_committed: bool,
+) -> dict[str, Any]:
     """A Fetch request for ``(topic, partition, fetch_offset)`` each."""
     topics: dict[str, list[dict[str, Any]]] = {}
     for topic, partition, offset in partitions:
-        topics.setdefault(topic, []).append({
-            "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
-            "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": partition_max_bytes,
-        })  # fmt: skip
+        topics.setdefault(topic, []).append(
+            {
+                "partition": partition,
+                "current_leader_epoch": -1,
+                "fetch_offset": offset,
+                "last_fetched_epoch": -1,
+                "log_start_offset": -1,
+                "partition_max_bytes": partition_max_bytes,
+            }
+        )
     return {
-        "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
-        "isolation_level": 1 if read_committed else 0, "session_id": 0, "session_epoch": -1,
+        "replica_id": -1,
+        "max_wait_ms": max_wait_ms,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
+        "isolation_level": 1 if read_committed else 0,
+        "session_id": 0,
+        "session_epoch": -1,
         "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-        "forgotten_topics_data": [], "rack_id": "",
-    }  # fmt: skip
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
 
 
 class AbortedFilter:
@@ -41,8 +58,15 @@ class AbortedFilter:
         self._pending = sorted(aborted or [], key=lambda a: a["first_offset"]) if read_committed else []
         self._active: set[int] = set()
 
-    def keep(self, last_offset: int, producer_id: int, transactional: bool, control: bool,
-             raw: bytes | memoryview | None = None, is_commit: bool | None = None) -> bool:  # fmt: skip
+    def keep(
+        self,
+        last_offset: int,
+        producer_id: int,
+        transactional: bool,
+        control: bool,
+        raw: bytes | memoryview | None = None,
+        is_commit: bool | None = None,
+    ) -> bool:
         """True if the batch holds data to hand out. A control batch's commit/abort flag comes
         from ``is_commit`` or is read from ``raw`` (the batch's bytes)."""
         while self._pending and self._pending[0]["first_offset"] <= last_offset:

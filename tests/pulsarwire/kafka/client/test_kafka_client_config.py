@@ -58,10 +58,17 @@ def test_a_value_of_the_wrong_type_or_range_names_the_key(key: str, value: objec
 
 def test_confluent_spellings_are_taken() -> None:
     config = parse(
-        {**BASE, "acks": "all", "linger.ms": "7", "enable.idempotence": "false", "compression.codec": "LZ4",
-         "queue.buffering.max.ms": 3, "message.send.max.retries": "2"},
+        {
+            **BASE,
+            "acks": "all",
+            "linger.ms": "7",
+            "enable.idempotence": "false",
+            "compression.codec": "LZ4",
+            "queue.buffering.max.ms": 3,
+            "message.send.max.retries": "2",
+        },
         "producer",
-    )  # fmt: skip
+    )
     assert config["acks"] == -1
     assert config["linger.ms"] == 3.0  # the alias given last wins, as in librdkafka
     assert config["enable.idempotence"] is False
@@ -77,13 +84,13 @@ def test_keys_of_features_not_built_yet_are_refused_not_ignored(key: str) -> Non
 
 
 def test_a_property_of_the_other_role_is_refused() -> None:
-    with pytest.raises(KafkaConfigError, match="'fetch.min.bytes' is a consumer property"):
+    with pytest.raises(KafkaConfigError, match=r"'fetch\.min\.bytes' is a consumer property"):
         parse({**BASE, "fetch.min.bytes": 1}, "producer")
 
 
 @pytest.mark.parametrize("servers", ["", "localhost", "host:port", "ssl://h:1", "h:70000"])
 def test_bad_bootstrap_servers_are_refused(servers: str) -> None:
-    with pytest.raises(KafkaConfigError, match="bootstrap.servers"):
+    with pytest.raises(KafkaConfigError, match=r"bootstrap\.servers"):
         parse({"bootstrap.servers": servers}, "producer")
 
 

@@ -43,8 +43,14 @@ def test_an_oversize_frame_closes_the_connection_with_a_typed_error() -> None:
 def test_a_producer_facing_oversize_frames_gets_a_typed_delivery_error_in_time() -> None:
     reports: list[tuple[KafkaError | None, object]] = []
     with fake_broker("oversize") as broker:
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "delivery.timeout.ms": 1500,
-                             "retry.backoff.ms": 100, "receive.message.max.bytes": 1 << 20})  # fmt: skip
+        producer = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "delivery.timeout.ms": 1500,
+                "retry.backoff.ms": 100,
+                "receive.message.max.bytes": 1 << 20,
+            }
+        )
         start = time.monotonic()
         producer.produce("t", b"x", on_delivery=lambda err, msg: reports.append((err, msg)))
         assert producer.flush(10) == 0
@@ -88,8 +94,9 @@ def test_a_retried_batch_is_stored_once_and_reported_once(mode: str) -> None:
     with fake_broker(mode) as broker:
         producer = Producer({"bootstrap.servers": broker.bootstrap, "retry.backoff.ms": 50, "linger.ms": 50})
         for i in range(3):
-            producer.produce("t", b"%d" % i, partition=0,
-                             on_delivery=lambda err, msg: reports.append((err, msg.offset())))  # fmt: skip
+            producer.produce(
+                "t", b"%d" % i, partition=0, on_delivery=lambda err, msg: reports.append((err, msg.offset()))
+            )
         assert producer.flush(10) == 0
         producer.close(1)
     assert reports == [(None, 0), (None, 1), (None, 2)]

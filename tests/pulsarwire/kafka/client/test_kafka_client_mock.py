@@ -102,16 +102,20 @@ def our_consume(bootstrap: str, partitions: list[TopicPartition], n: int, **conf
 
 def records(n: int, tag: str) -> list[dict[str, Any]]:
     return [
-        {"key": f"k{i}".encode(), "value": f"{tag}-{i}".encode() * 3, "headers": [("i", str(i).encode()), ("n", None)],
-         "timestamp": 1_700_000_000_000 + i}
+        {
+            "key": f"k{i}".encode(),
+            "value": f"{tag}-{i}".encode() * 3,
+            "headers": [("i", str(i).encode()), ("n", None)],
+            "timestamp": 1_700_000_000_000 + i,
+        }
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_confluent_reads_what_we_produce(bootstrap: str, codec: str) -> None:
     topic = new_topic()
-    sent = records(12, codec) + [{"value": b"no key"}, {"key": b"no value"}]
+    sent = [*records(12, codec), {"value": b"no key"}, {"key": b"no value"}]
     reports = our_produce(bootstrap, topic, sent, **{"compression.type": codec})
     assert [err for err, _ in reports] == [None] * len(sent)
     got = their_consume(bootstrap, topic, len(sent))
@@ -123,7 +127,7 @@ def test_confluent_reads_what_we_produce(bootstrap: str, codec: str) -> None:
         assert m.timestamp() == (confluent_kafka.TIMESTAMP_CREATE_TIME, rec["timestamp"])
     assert (None, b"no key") in seen and (b"no value", None) in seen
     # our delivery reports name the partition and offset confluent read them at
-    for err, msg in reports:
+    for _, msg in reports:
         m = seen[(msg.key(), msg.value())]
         assert (msg.partition(), msg.offset()) == (m.partition(), m.offset())
 
@@ -152,9 +156,14 @@ def test_we_read_what_confluent_produces(bootstrap: str, codec: str) -> None:
 
 def test_keys_land_where_librdkafka_murmur2_puts_them(bootstrap: str) -> None:
     # Kafka's own test vectors for Utils.murmur2 (clients' UtilsTest), as signed ints
-    vectors = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
-               b"a-little-bit-longer-string": -1486304829, b"abc": 479470107,
-               b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971}  # fmt: skip
+    vectors = {
+        b"21": -973932308,
+        b"foobar": -790332482,
+        b"a-little-bit-long-string": -985981536,
+        b"a-little-bit-longer-string": -1486304829,
+        b"abc": 479470107,
+        b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    }
     assert {k: murmur2(k) - (1 << 32) if murmur2(k) >= 1 << 31 else murmur2(k) for k in vectors} == vectors
     topic = new_topic()
     keys = [f"key-{i}-{'x' * (i % 7)}".encode() for i in range(60)] + [b"", b"a", b"ab", b"abc"]
@@ -230,10 +239,10 @@ def test_seek_pause_resume_position_and_watermarks(bootstrap: str) -> None:
 def test_auto_offset_reset_latest_and_explicit_end(bootstrap: str) -> None:
     topic = new_topic()
     their_produce(bootstrap, topic, [{"value": b"old", "partition": 1}])
-    for start in ({}, {"offset": OFFSET_END}):
+    for start in (TopicPartition(topic, 1), TopicPartition(topic, 1, OFFSET_END)):
         consumer = Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "latest"})
         try:
-            consumer.assign([TopicPartition(topic, 1, **start)])
+            consumer.assign([start])
             assert consumer.poll(1) is None
             their_produce(bootstrap, topic, [{"value": b"new", "partition": 1}])
             msg = consumer.poll(10)
@@ -271,11 +280,18 @@ def test_the_arrow_reader_reads_an_offset_range_as_confluent_wrote_it(bootstrap:
     pa = pytest.importorskip("pyarrow")  # the "arrow" extra; installed with the test extra
     topic = new_topic()
     sent = [
-        {"key": None if i % 3 == 0 else b"k%d" % i, "value": None if i == 7 else b"v%d" % i, "partition": 0,
-         "headers": [("h", b"%d" % i), ("null", None)] if i % 2 else None, "timestamp": 1_700_000_000_000 + i}
+        {
+            "key": None if i % 3 == 0 else b"k%d" % i,
+            "value": None if i == 7 else b"v%d" % i,
+            "partition": 0,
+            "headers": [("h", b"%d" % i), ("null", None)] if i % 2 else None,
+            "timestamp": 1_700_000_000_000 + i,
+        }
         for i in range(300)
-    ]  # fmt: skip
-    their_produce(bootstrap, topic, sent, **{"compression.type": codec, "linger.ms": 50, "batch.num.messages": 50})
+    ]
+    their_produce(
+        bootstrap, topic, sent, **{"compression.type": codec, "linger.ms": 50, "batch.num.messages": 50}
+    )
     reader = ArrowReader({"bootstrap.servers": bootstrap, "max.partition.fetch.bytes": 4096})
     try:
         batches = list(reader.read(topic, 0, 5, 290))

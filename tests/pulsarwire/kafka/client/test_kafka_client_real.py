@@ -4,7 +4,8 @@ The admin client creates a topic, grows its partitions and deletes it, with Kafk
 in the futures (TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, UNKNOWN_TOPIC_OR_PARTITION); our
 producer's idempotent, zstd-compressed records are read back by confluent-kafka with keys,
 headers and offsets; under ``read_committed`` our consumer hides a transaction confluent-kafka
-aborted and shows the committed one, and ``offsets_for_times`` finds the first offset at a timestamp (-1 past the end).
+aborted and shows the committed one, and ``offsets_for_times`` finds the first offset at a
+timestamp (-1 past the end).
 """
 
 from __future__ import annotations
@@ -74,8 +75,13 @@ def test_confluent_reads_our_idempotent_zstd_records(real_kafka: RealKafka) -> N
     reports: list[tuple[KafkaError | None, int, int]] = []
     producer = Producer({"bootstrap.servers": real_kafka.bootstrap, "compression.type": "zstd"})
     for i in range(30):
-        producer.produce(topic, b"value-%d" % i, key=b"key-%d" % i, headers={"n": b"%d" % i},
-                         on_delivery=lambda err, msg: reports.append((err, msg.partition(), msg.offset())))  # fmt: skip
+        producer.produce(
+            topic,
+            b"value-%d" % i,
+            key=b"key-%d" % i,
+            headers={"n": b"%d" % i},
+            on_delivery=lambda err, msg: reports.append((err, msg.partition(), msg.offset())),
+        )
     assert producer.flush(30) == 0
     producer.close()
     assert all(err is None for err, _, _ in reports) and len(reports) == 30
