@@ -27,17 +27,18 @@ import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import crc32c
 
-from pulsarwire.kafka.codec import FrameSplitter, decode_request, encode_response, join
+from pulsarwire.kafka.codec import FrameSplitter, compression, decode_request, encode_response, join
 from pulsarwire.kafka.codec import records as rec
 from pulsarwire.kafka.codec.records import decode_batches
 
 TOPIC = "t"
 
 
-def batch(base: int, values: list[bytes], codec: int = rec.compression.NONE) -> bytes:
+def batch(base: int, values: list[bytes], codec: int = compression.NONE) -> bytes:
     return rec.encode_batch(
         rec.make_batch(
             base, [(None, v, ()) for v in values], timestamp=1_700_000_000_000, compression_codec=codec
@@ -61,7 +62,7 @@ def fetch_records(mode: str) -> bytes:
             -1,
             2,
             0,
-            rec.compression.GZIP,
+            compression.GZIP,
             0,
             0,
             0,
@@ -224,7 +225,7 @@ class Broker:
         self.produces += 1
         part = body["topic_data"][0]["partition_data"][0]
         (b,) = decode_batches(part["records"])
-        answer = {
+        answer: dict[str, Any] = {
             "responses": [
                 {
                     "name": TOPIC,
@@ -240,7 +241,7 @@ class Broker:
                 }
             ]
         }
-        pr = answer["responses"][0]["partition_responses"][0]
+        pr: dict[str, Any] = answer["responses"][0]["partition_responses"][0]
         if self.mode == "notleader" and self.produces == 1:
             pr["error_code"] = 6
             return answer
