@@ -111,26 +111,50 @@ class _Columns:
         offsets, timestamps, header_ends = self.offsets, self.timestamps, self.header_ends
         n_headers = len(self.hkey_ends) - 1
         for _ in range(count):
-            length, pos = _varint(sec, pos, limit)
+            if pos < limit and (b := sec[pos]) < 0x80:  # one-byte varint, inline
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = _varint(sec, pos, limit)
             rec_end = pos + length
             if length < 0 or rec_end > limit:
                 raise _Bad(f"record length {length} is over the {limit - pos} bytes left")
             pos += 1  # attributes
-            ts_delta, pos = _varint(sec, pos, rec_end)
-            off_delta, pos = _varint(sec, pos, rec_end)
-            klen, pos = _varint(sec, pos, rec_end)
+            if pos < rec_end and (b := sec[pos]) < 0x80:  # one-byte varint, inline
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                ts_delta, pos = _varint(sec, pos, rec_end)
+            if pos < rec_end and (b := sec[pos]) < 0x80:  # one-byte varint, inline
+                off_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                off_delta, pos = _varint(sec, pos, rec_end)
+            if pos < rec_end and (b := sec[pos]) < 0x80:  # one-byte varint, inline
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                klen, pos = _varint(sec, pos, rec_end)
             kpos = pos
             if klen >= 0:
                 pos += klen
             elif klen != -1:
                 raise _Bad(f"record key length {klen}")
-            vlen, pos = _varint(sec, pos, rec_end)
+            if pos < rec_end and (b := sec[pos]) < 0x80:  # one-byte varint, inline
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                vlen, pos = _varint(sec, pos, rec_end)
             vpos = pos
             if vlen >= 0:
                 pos += vlen
             elif vlen != -1:
                 raise _Bad(f"record value length {vlen}")
-            hcount, pos = _varint(sec, pos, rec_end)
+            if pos < rec_end and (b := sec[pos]) < 0x80:  # one-byte varint, inline
+                hcount = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                hcount, pos = _varint(sec, pos, rec_end)
             if pos > rec_end or hcount < 0 or hcount > rec_end - pos:
                 raise _Bad("record fields run past the record's length")
             offset = base_offset + off_delta
