@@ -72,6 +72,7 @@ class _Part:
     generation: int = 0  # bumped by seek/assign: answers to older fetches are dropped
     high: int = OFFSET_INVALID
     low: int = OFFSET_INVALID
+    reported_missing: bool = False  # an UNKNOWN_TOPIC_OR_PARTITION event was handed out
 
 
 class _Fetcher:
@@ -130,6 +131,24 @@ class _Fetcher:
         missing = sorted({p.topic for p in self.parts.values() if self._leader(p) < 0})
         if missing:
             await self.cluster.refresh(missing)
+            for p in self.parts.values():
+                if p.topic in missing and not p.reported_missing and self._absent(p):
+                    # as librdkafka: one error event, and the partition is still looked for
+                    p.reported_missing = True
+                    where = f"{p.topic} [{p.partition}]"
+                    self.deliver(
+                        [
+                            Message(
+                                p.topic,
+                                p.partition,
+                                p.position,
+                                None,
+                                None,
+                                error=KafkaError(3, f"{where}: the cluster has no such topic or partition"),
+                            )
+                        ],
+                        0,
+                    )
         logical = [p for p in self.parts.values() if p.position < 0 and not p.failed and not p.busy]
         if logical:
             await self._resolve(logical)
@@ -147,6 +166,10 @@ class _Fetcher:
             for p in parts:
                 p.busy = True
             self.spawn(self._fetch(leader, parts))
+
+    def _absent(self, p: _Part) -> bool:
+        info = self.cluster.topics.get(p.topic)
+        return info is None or p.partition not in info.partitions
 
     def _leader(self, p: _Part) -> int:
         info = self.cluster.topics.get(p.topic)

@@ -309,3 +309,16 @@ def test_the_arrow_reader_reads_an_offset_range_as_confluent_wrote_it(bootstrap:
         assert (r["key"], r["value"], r["topic"], r["partition"]) == (rec["key"], rec["value"], topic, 0)
         assert r["timestamp"].timestamp() * 1000 == pytest.approx(rec["timestamp"])
         assert [(h["key"], h["value"]) for h in r["headers"]] == (rec["headers"] or [])
+
+
+def test_a_missing_topic_is_one_error_event_naming_it(bootstrap: str) -> None:
+    topic = new_topic()  # never written: the consumer does not create topics
+    consumer = Consumer({"bootstrap.servers": bootstrap})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got = consumer.consume(5, 1.5)
+    finally:
+        consumer.close()
+    assert len(got) == 1
+    err = got[0].error()
+    assert err is not None and err.name() == "UNKNOWN_TOPIC_OR_PARTITION" and f"{topic} [0]" in err.str()
