@@ -10,13 +10,13 @@ Loop thread (:class:`_Fetcher`): partitions whose position is a logical offset (
 or ``auto.offset.reset``) get it from ListOffsets; then one Fetch at a time per leader carries
 every fetchable partition of that leader, sized by ``fetch.max.bytes``,
 ``max.partition.fetch.bytes``, ``fetch.min.bytes`` and ``fetch.wait.max.ms``, while fewer than
-``queued.max.messages.kbytes`` are buffered. Record batches are checked (CRC32C, lengths, counts,
-bounded decompression: the codec's checks); a batch that fails them stops its partition at that
-offset and is handed to the application as a message whose ``error()`` is ``_BAD_MSG`` naming the
-topic, partition and offset — never skipped. With ``isolation.level=read_committed`` (the
-default, as in librdkafka) the records of aborted transactions are dropped using the Fetch
-answer's aborted-transaction list; control records are never handed out. ``OFFSET_OUT_OF_RANGE``
-applies ``auto.offset.reset`` (``error``: an error message); leader errors refresh metadata.
+``queued.max.messages.kbytes`` are buffered. Answers are walked by ``columns.py`` (CRC32C,
+lengths, counts, bounded decompression), then made into messages; a batch that fails a check
+stops its partition at that batch's offset, after the records before it, and is handed to the
+application as a message whose ``error()`` is ``_BAD_MSG`` naming the topic, partition and
+offset — never skipped. With ``isolation.level=read_committed`` (the default, as in librdkafka)
+the records of aborted transactions are dropped using the Fetch answer's aborted-transaction
+list; control records are never handed out. ``OFFSET_OUT_OF_RANGE`` applies ``auto.offset.reset`` (``error``: an error message); leader errors refresh metadata.
 """
 
 from __future__ import annotations
@@ -32,24 +32,19 @@ from typing import Any
 
 from pulsarwire.kafka.client.base import ClientBase
 from pulsarwire.kafka.client.cluster import Cluster
+from pulsarwire.kafka.client.columns import Columns, decode_records
 from pulsarwire.kafka.client.config import Config
 from pulsarwire.kafka.client.connection import ConnectionLost
 from pulsarwire.kafka.client.errors import LOCAL_CODES, KafkaError, KafkaException
-from pulsarwire.kafka.client.fetching import AbortedFilter, fetch_body
+from pulsarwire.kafka.client.fetching import fetch_body
 from pulsarwire.kafka.client.message import (
     OFFSET_BEGINNING,
     OFFSET_END,
     OFFSET_INVALID,
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
     Message,
     TopicPartition,
 )
 from pulsarwire.kafka.codec.records import (
-    TIMESTAMP_LOG_APPEND,
-    RecordBatch,
-    control_type,
-    decode_batches,
     decode_message_set,
     magic_of,
 )
@@ -307,65 +302,46 @@ class _Fetcher:
         data = r["records"]
         if not data:
             return False
-        try:
-            messages, next_offset = self._records(p, data, r.get("aborted_transactions") or [])
-        except KafkaProtocolError as exc:
-            self._fail(
-                p,
-                KafkaError(
-                    LOCAL_CODES["_BAD_MSG"],
-                    f"{p.topic} [{p.partition}] at offset {p.position}: "
-                    f"{exc}; the partition stops here (seek past it to go on)",
-                ),
+        error: KafkaError | None = None
+        if magic_of(data) < 2:
+            try:
+                messages, next_offset = self._legacy(p, data)
+            except KafkaProtocolError as exc:
+                messages, next_offset = [], p.position
+                error = KafkaError(
+                    LOCAL_CODES["_BAD_MSG"], f"{p.topic} [{p.partition}] at offset {p.position}: {exc}"
+                )
+        else:
+            cols = Columns()
+            next_offset, error = decode_records(
+                cols,
+                data,
+                r.get("aborted_transactions"),
+                self.read_committed,
+                p.topic,
+                p.partition,
+                p.position,
+                1 << 63,
             )
-            return False
+            messages = cols.messages(p.topic, p.partition)
         p.position = max(p.position, next_offset)
         if messages:
             self.deliver(messages, len(data))
+        if error is not None:
+            self._fail(
+                p,
+                KafkaError(error.code(), f"{error.str()}; the partition stops here (seek past it to go on)"),
+            )
         return False
 
-    def _records(self, p: _Part, data: bytes, aborted: list[dict[str, Any]]) -> tuple[list[Message], int]:
-        topic, partition, start = p.topic, p.partition, p.position
+    def _legacy(self, p: _Part, data: bytes) -> tuple[list[Message], int]:
+        """The messages of a magic 0/1 message set (old brokers' down-converted answers)."""
         out: list[Message] = []
-        if magic_of(data) < 2:
-            for m in decode_message_set(data):
-                if m.offset >= start:
-                    ts = m.timestamp if m.timestamp is not None else -1
-                    out.append(Message(topic, partition, m.offset, m.key, m.value, None, ts))
-            return out, (out[-1].offset() + 1 if out else start)
-        batches: list[RecordBatch] = decode_batches(data, partial_tail=True)
-        if not batches:
-            return out, start
-        txn = AbortedFilter(aborted, self.read_committed)
-        for b in batches:
-            is_commit = None
-            if b.is_control:
-                is_commit = control_type(b.records[0])[0] if b.records else True
-            if not txn.keep(
-                b.last_offset, b.producer_id, b.is_transactional, b.is_control, is_commit=is_commit
-            ):
-                continue
-            base, base_ts = b.base_offset, b.base_timestamp
-            log_append = bool(b.attributes & TIMESTAMP_LOG_APPEND)
-            ts_type = TIMESTAMP_LOG_APPEND_TIME if log_append else TIMESTAMP_CREATE_TIME
-            for rec in b.records:
-                offset = base + rec.offset_delta
-                if offset < start:
-                    continue
-                ts = b.max_timestamp if log_append else base_ts + rec.timestamp_delta
-                out.append(
-                    Message(
-                        topic,
-                        partition,
-                        offset,
-                        rec.key,
-                        rec.value,
-                        list(rec.headers) if rec.headers else None,
-                        ts,
-                        ts_type,
-                    )
-                )
-        return out, batches[-1].last_offset + 1
+        for m in decode_message_set(data):
+            if m.offset >= p.position:
+                ts = m.timestamp if m.timestamp is not None else -1
+                out.append(Message(p.topic, p.partition, m.offset, m.key, m.value, None, ts))
+        return out, (out[-1].offset() + 1 if out else p.position)
 
 
 class Consumer(ClientBase):
