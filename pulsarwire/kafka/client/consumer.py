@@ -16,7 +16,8 @@ stops its partition at that batch's offset, after the records before it, and is 
 application as a message whose ``error()`` is ``_BAD_MSG`` naming the topic, partition and
 offset — never skipped. With ``isolation.level=read_committed`` (the default, as in librdkafka)
 the records of aborted transactions are dropped using the Fetch answer's aborted-transaction
-list; control records are never handed out. ``OFFSET_OUT_OF_RANGE`` applies ``auto.offset.reset`` (``error``: an error message); leader errors refresh metadata.
+list; control records are never handed out. ``OFFSET_OUT_OF_RANGE`` applies
+``auto.offset.reset`` (``error``: an error message); leader errors refresh metadata.
 """
 
 from __future__ import annotations
