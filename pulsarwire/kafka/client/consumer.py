@@ -69,6 +69,7 @@ class _Part:
     high: int = OFFSET_INVALID
     low: int = OFFSET_INVALID
     reported_missing: bool = False  # an UNKNOWN_TOPIC_OR_PARTITION event was handed out
+    eof_sent: bool = False  # a _PARTITION_EOF event was handed out at the current end
 
 
 class _Fetcher:
@@ -87,6 +88,7 @@ class _Fetcher:
         self.max_wait = config.get_int("fetch.wait.max.ms")
         self.read_committed = config.get_str("isolation.level") == "read_committed"
         self.check_crcs = config.get_bool("check.crcs")
+        self.partition_eof = config.get_bool("enable.partition.eof")
         self.backoff = config.get_int("retry.backoff.ms") / 1000
         self.busy_leaders: set[int] = set()
         self.wakeup = asyncio.Event()
@@ -301,10 +303,11 @@ class _Fetcher:
         p.high = r["high_watermark"]
         p.low = r.get("log_start_offset", -1)
         data = r["records"]
-        if not data:
-            return False
         error: KafkaError | None = None
-        if magic_of(data) < 2:
+        messages: list[Message] = []
+        if not data:
+            pass
+        elif magic_of(data) < 2:
             try:
                 messages, next_offset = self._legacy(p, data)
             except KafkaProtocolError as exc:
@@ -312,6 +315,7 @@ class _Fetcher:
                 error = KafkaError(
                     LOCAL_CODES["_BAD_MSG"], f"{p.topic} [{p.partition}] at offset {p.position}: {exc}"
                 )
+            p.position = max(p.position, next_offset)
         else:
             cols = Columns()
             next_offset, error = decode_records(
@@ -325,14 +329,22 @@ class _Fetcher:
                 1 << 63,
             )
             messages = cols.messages(p.topic, p.partition)
-        p.position = max(p.position, next_offset)
+            p.position = max(p.position, next_offset)
         if messages:
+            p.eof_sent = False
             self.deliver(messages, len(data))
         if error is not None:
             self._fail(
                 p,
                 KafkaError(error.code(), f"{error.str()}; the partition stops here (seek past it to go on)"),
             )
+        elif self.partition_eof and not p.eof_sent and 0 <= p.high <= p.position:
+            p.eof_sent = True
+            eof = KafkaError(
+                LOCAL_CODES["_PARTITION_EOF"],
+                f"{p.topic} [{p.partition}] reached its end at offset {p.position}",
+            )
+            self.deliver([Message(p.topic, p.partition, p.position, None, None, error=eof)], 0)
         return False
 
     def _legacy(self, p: _Part, data: bytes) -> tuple[list[Message], int]:

@@ -455,6 +455,11 @@ def _headers(headers: object) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(out)
 
 
+def _size(rec: _Record) -> int:
+    """The bytes a record counts against ``queue.buffering.max.kbytes``."""
+    return len(rec.key or b"") + len(rec.value or b"") + sum(len(k) + len(v or b"") for k, v in rec.headers)
+
+
 class Producer(ClientBase):
     """confluent-kafka's ``Producer``: ``produce``, ``poll``, ``flush``, ``len()``, ``list_topics``."""
 
@@ -473,6 +478,8 @@ class Producer(ClientBase):
         self._default_cb: DeliveryCallback | None = cfg["on_delivery"]
         self._only_errors = cfg.get_bool("delivery.report.only.error")
         self._max_messages = cfg.get_int("queue.buffering.max.messages")
+        self._max_bytes = cfg.get_int("queue.buffering.max.kbytes") * 1024
+        self._outstanding_bytes = 0
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
         self._inbox: list[_Record] = []
@@ -511,10 +518,14 @@ class Producer(ClientBase):
             timestamp if timestamp > 0 else int(time.time() * 1000),
             on_delivery or callback,
         )
+        size = _size(rec)
         with self._lock:
-            if self._outstanding >= self._max_messages:
+            if self._outstanding >= self._max_messages or (
+                self._outstanding and self._outstanding_bytes + size > self._max_bytes
+            ):
                 raise BufferError("Local: Queue full")
             self._outstanding += 1
+            self._outstanding_bytes += size
             self._inbox.append(rec)
             wake = len(self._inbox) == 1
         if wake:
@@ -566,6 +577,7 @@ class Producer(ClientBase):
         finally:
             with self._lock:
                 self._outstanding -= served
+                self._outstanding_bytes -= sum(_size(rec) for rec, *_ in list(reports)[:served])
                 rest = list(reports)[served:]
                 self._reports.extendleft(reversed(rest))
         return served

@@ -322,3 +322,29 @@ def test_a_missing_topic_is_one_error_event_naming_it(bootstrap: str) -> None:
     assert len(got) == 1
     err = got[0].error()
     assert err is not None and err.name() == "UNKNOWN_TOPIC_OR_PARTITION" and f"{topic} [0]" in err.str()
+
+
+def test_partition_eof_events_when_asked(bootstrap: str) -> None:
+    topic = new_topic()
+    their_produce(bootstrap, topic, [{"value": b"%d" % i, "partition": 3} for i in range(3)])
+    consumer = Consumer({"bootstrap.servers": bootstrap, "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, 3, 0)])
+        got = consumer.consume(4, 10)
+    finally:
+        consumer.close()
+    assert [m.value() for m in got[:3]] == [b"0", b"1", b"2"]
+    eof = got[3].error()
+    assert eof is not None and eof.code() == KafkaError._PARTITION_EOF  # type: ignore[attr-defined]
+    assert got[3].offset() == 3
+
+
+def test_the_byte_bound_of_the_queue_raises_buffer_error(bootstrap: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "queue.buffering.max.kbytes": 1, "linger.ms": 10000})
+    try:
+        producer.produce(new_topic(), b"x" * 600)
+        with pytest.raises(BufferError, match="Queue full"):
+            producer.produce(new_topic(), b"y" * 600)
+        assert producer.flush(20) == 0
+    finally:
+        producer.close()
