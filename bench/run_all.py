@@ -1,6 +1,7 @@
 """``make bench``: run every benchmark, print the figures and write them to bench/results.md.
 
 Each benchmark is a separate process (``bench/codec.py``, ``bench/kafka_codec.py``,
+``bench/kafka_broker.py``,
 ``bench/produce.py`` (also with ``--mode arrow``), ``bench/consume.py``, ``bench/memory.py``,
 ``bench/broker_resources.py``, ``bench/hostile.py``, ``bench/spark_ingest.py``,
 ``bench/spark_runner.py``, ``bench/spark_sink.py``, ``bench/spark_read_split.py``,
@@ -41,6 +42,7 @@ def main() -> None:
     sections = [
         ("Codec (bench/codec.py)", run("codec.py", "--batches", "1000" if args.full else "300")),
         ("Kafka codec (bench/kafka_codec.py)", run("kafka_codec.py")),
+        ("Kafka broker (bench/kafka_broker.py)", run("kafka_broker.py", "--messages", n)),
         ("Produce (bench/produce.py)", run("produce.py", "--messages", n)),
         # issue 18 goal 1: send_arrow at the goal's size, 1M even by default
         (

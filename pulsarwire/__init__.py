@@ -122,6 +122,13 @@ if TYPE_CHECKING:
     from pulsarwire.client.oauth2 import (
         AuthenticationOauth2,
     )
+    from pulsarwire.client.plugins import (
+        PluginAuth,
+        PluginError,
+        build_plugin,
+        check_plugin,
+        from_plugin,
+    )
     from pulsarwire.client.producer import (
         SendArrowResult,
     )
@@ -159,6 +166,11 @@ _LAZY = {
     "AuthenticationNone": "pulsarwire.client.auth",
     "AuthenticationOauth2": "pulsarwire.client.oauth2",
     "AuthenticationToken": "pulsarwire.client.auth",
+    "PluginAuth": "pulsarwire.client.plugins",
+    "PluginError": "pulsarwire.client.plugins",
+    "build_plugin": "pulsarwire.client.plugins",
+    "check_plugin": "pulsarwire.client.plugins",
+    "from_plugin": "pulsarwire.client.plugins",
     "HashingScheme": "pulsarwire.client.routing",
     "RoutingMode": "pulsarwire.client.routing",
     "partition_for_key": "pulsarwire.client.routing",
@@ -221,6 +233,8 @@ __all__ = [
     "OperationTimeoutError",
     "PartitionsRoutingMode",
     "PersistenceError",
+    "PluginAuth",
+    "PluginError",
     "Producer",
     "ProducerBlockedQuotaExceededError",
     "ProducerBlockedQuotaExceededException",
@@ -257,6 +271,9 @@ __all__ = [
     "UnsupportedVersionError",
     "__version__",
     "asyncio",
+    "build_plugin",
+    "check_plugin",
+    "from_plugin",
     "partition_for_key",
 ]
 

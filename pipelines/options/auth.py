@@ -18,14 +18,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.errors import OptionError
-from pulsarwire.client.plugins import PLUGINS as _ALL_PLUGINS
-from pulsarwire.client.plugins import PluginError, build, check_plugin
+from pulsarwire import PluginError, build_plugin, check_plugin
 
 PLUGIN_OPTION = "pulsar.client.authPluginClassName"
 PARAMS_OPTION = "pulsar.client.authParams"
 
+_JAVA = "org.apache.pulsar.client.impl.auth."
 #: Java plugin class -> kind
-PLUGINS = {name: kind for name, kind in _ALL_PLUGINS.items() if "." in name}
+PLUGINS = {
+    _JAVA + "oauth2.AuthenticationOAuth2": "oauth2",
+    _JAVA + "AuthenticationToken": "token",
+    _JAVA + "AuthenticationBasic": "basic",
+    _JAVA + "AuthenticationTls": "tls",
+}
 #: kind -> the Java class (what a job profile's ``auth:`` becomes)
 CLASS_OF = {kind: name for name, kind in PLUGINS.items()}
 
@@ -42,7 +47,7 @@ class AuthSpec:
 
         Raises OptionError naming authParams when the parameters make no credential."""
         try:
-            made = build(self.kind, self.params)
+            made = build_plugin(self.kind, self.params)
         except PluginError as exc:
             raise OptionError(PARAMS_OPTION, str(exc)) from None
         if made.provider is not None:

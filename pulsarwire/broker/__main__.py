@@ -23,8 +23,11 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from pulsarwire._cli import OneLineParser as _Parser
+from pulsarwire._cli import non_negative as _non_negative
+from pulsarwire._cli import positive as _positive
 from pulsarwire.errors import InvalidTopicName
 from pulsarwire.naming import TopicName
 
@@ -52,13 +55,6 @@ SECRET_ENV = "PULSARWIRE_TOKEN_SECRET"
 log = logging.getLogger("pulsarwire.broker")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line (what is wrong, where to look) and exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def _grant(spec: str) -> Grant:
     try:
         return Grant.parse(spec)
@@ -67,20 +63,6 @@ def _grant(spec: str) -> Grant:
 
 
 MiB = 1024 * 1024
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not positive")
-    return value
 
 
 def _tenant(text: str) -> tuple[str, tuple[str, ...]]:

@@ -15,6 +15,7 @@ import asyncio
 import threading
 from typing import Any
 
+from pulsarwire._background import start_loop_thread, stop_loop_thread
 from pulsarwire.codec.frames import crc32c
 from pulsarwire.naming import TopicName
 
@@ -61,40 +62,21 @@ class Cluster:
         return self.owner_of(name)
 
     def start(self) -> Cluster:
-        ready = threading.Event()
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            asyncio.set_event_loop(loop)
-            try:
-                for b in self.brokers:
-                    b._thread = threading.current_thread()
-                    loop.run_until_complete(b.astart())
-            except BaseException as exc:
-                errors.append(exc)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
+        async def astart() -> None:
             for b in self.brokers:
-                loop.run_until_complete(b.astop())
-            loop.close()
+                b._thread = threading.current_thread()
+                await b.astart()
 
-        self._thread = threading.Thread(target=run, name="pulsarwire-cluster", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if errors:
-            raise errors[0]
-        for b in self.brokers:
-            b._thread = self._thread
+        async def astop() -> None:
+            for b in self.brokers:
+                await b.astop()
+
+        self._loop, self._thread = start_loop_thread("pulsarwire-cluster", astart, astop)
         return self
 
     def stop(self) -> None:
         if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=30)
+            stop_loop_thread(self._loop, self._thread)
             self._thread = None
 
     def __enter__(self) -> Cluster:

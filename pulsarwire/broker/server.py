@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
+from pulsarwire._background import start_loop_thread, stop_loop_thread
 from pulsarwire.errors import StorageError
 
 from .config import INTERNAL_LISTENER, BrokerConfig, Listener
@@ -227,34 +228,12 @@ class Broker:
 
     def start(self) -> Broker:
         """Start in a background thread with its own event loop; returns when listening."""
-        ready = threading.Event()
-        error: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.astart())
-            except BaseException as exc:  # report start failures to the caller
-                error.append(exc)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self.astop())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="pulsarwire-broker", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if error:
-            raise error[0]
+        _loop, self._thread = start_loop_thread("pulsarwire-broker", self.astart, self.astop)
         return self
 
     def stop(self) -> None:
         if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=30)
+            stop_loop_thread(self._loop, self._thread)
             self._thread = None
 
     def restart(self) -> Broker:

@@ -3,7 +3,8 @@
 ``pulsar-admin``, ``pulsar-client`` and their ``client.conf`` name a credential by the Java class
 of its plugin and hand it one parameter string (``--auth-plugin
 org.apache.pulsar.client.impl.auth.AuthenticationToken --auth-params token:...``).
-:func:`from_plugin` reads that pair into a :class:`PluginAuth`: pulsarwire's provider (token,
+:func:`from_plugin` reads that pair into a :class:`PluginAuth` (:func:`check_plugin` then
+:func:`build_plugin`, for a caller that validates first and builds later): pulsarwire's provider (token,
 basic, OAuth2) or the client certificate files (TLS).
 
 * ``...AuthenticationToken``: ``token:<jwt>``, ``file:<path>`` (read on every use), the token
@@ -115,7 +116,7 @@ def check_plugin(plugin: str, params: str | None) -> tuple[str, dict[str, str]]:
     return kind, values
 
 
-def build(kind: str, values: dict[str, str]) -> PluginAuth:
+def build_plugin(kind: str, values: dict[str, str]) -> PluginAuth:
     """The credential of checked parameters (:func:`check_plugin`). Raises PluginError."""
     try:
         if kind == "token":
@@ -140,7 +141,7 @@ def build(kind: str, values: dict[str, str]) -> PluginAuth:
 
 def from_plugin(plugin: str, params: str | None) -> PluginAuth:
     """The credential of an ``authPlugin`` and its ``authParams``; raises PluginError."""
-    return build(*check_plugin(plugin, params))
+    return build_plugin(*check_plugin(plugin, params))
 
 
 def _token_param(params: str) -> str:

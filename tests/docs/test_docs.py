@@ -69,6 +69,8 @@ NOT_RUN = {
     " test_readme_runs_top_to_bottom",
     ("docs/testing.md", "make peers"): "the suite's own commands (make peers runs first in make test)",
     ("docs/broker.md", "python -m pulsarwire.broker --port 6650"): "a synopsis ([optional] arguments)",
+    ("docs/kafka.md", "python -m pulsarwire.kafka.broker --host"): "a synopsis ([optional] arguments);"
+    " tests/pulsarwire/kafka/broker/test_kafka_cli.py runs the command line",
     (
         "docs/broker.md",
         "# a secret key",

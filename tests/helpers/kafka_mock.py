@@ -1,10 +1,9 @@
-"""librdkafka's mock Kafka cluster in a process of its own, the judge of our Kafka client.
+"""librdkafka's in-memory mock Kafka cluster (``test.mock.num.brokers``) as a process of its own,
+for comparing our broker's answers with a second opinion.
 
-``python -m tests.helpers.kafka_mock BROKERS`` creates the cluster with confluent-kafka (a
-``Producer`` configured with ``test.mock.num.brokers`` keeps it alive), prints its bootstrap
-address on one line and serves until its stdin closes. :func:`mock_cluster` starts it and yields
-the address; the process is stopped (stdin closed, then killed if need be) on exit. The mock
-creates a topic on first use with 4 partitions.
+``python -m tests.helpers.kafka_mock`` prints ``ready on HOST:PORT`` (the mock broker's
+address, from the holder client's metadata) and keeps the cluster up until its stdin closes;
+:func:`mock_cluster` runs it for a ``with`` block and yields the address.
 """
 
 from __future__ import annotations
@@ -14,14 +13,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-START_TIMEOUT = 20.0
-
 
 @contextlib.contextmanager
-def mock_cluster(brokers: int = 1) -> Iterator[str]:
-    """A running mock cluster's ``bootstrap.servers``."""
+def mock_cluster() -> Iterator[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.helpers.kafka_mock", str(brokers)],
+        [sys.executable, "-m", "tests.helpers.kafka_mock"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -29,13 +25,12 @@ def mock_cluster(brokers: int = 1) -> Iterator[str]:
     )
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        if not line:
-            raise RuntimeError(f"the mock cluster did not start (exit code {proc.poll()})")
-        yield line
+        line = proc.stdout.readline()
+        assert line.startswith("ready on "), line
+        yield line.split()[-1]
     finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
+        assert proc.stdin is not None
+        proc.stdin.close()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -46,12 +41,10 @@ def mock_cluster(brokers: int = 1) -> Iterator[str]:
 def main() -> None:
     from confluent_kafka import Producer
 
-    keeper = Producer({"test.mock.num.brokers": int(sys.argv[1]) if len(sys.argv) > 1 else 1, "log_level": 0})
-    metadata = keeper.list_topics(timeout=START_TIMEOUT)
-    assert metadata.orig_broker_name is not None
-    print(metadata.orig_broker_name.split("/")[0], flush=True)
-    sys.stdin.read()  # until the parent closes our stdin (or dies)
-    keeper.flush(1)
+    holder = Producer({"test.mock.num.brokers": 1, "log_level": 0})
+    broker = next(iter(holder.list_topics(timeout=10).brokers.values()))
+    print(f"ready on {broker.host}:{broker.port}", flush=True)
+    sys.stdin.read()  # until the test closes it
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ APIS = [
     "JoinGroup", "Heartbeat", "LeaveGroup", "SyncGroup", "DescribeGroups", "ListGroups",
     "SaslHandshake", "ApiVersions", "CreateTopics", "DeleteTopics", "InitProducerId",
     "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit", "DescribeConfigs",
-    "SaslAuthenticate", "CreatePartitions",
+    "SaslAuthenticate", "CreatePartitions", "DeleteGroups", "OffsetDelete",
 ]  # fmt: skip
 
 NEVER = 32767  # "N+" is stored as (N, NEVER)

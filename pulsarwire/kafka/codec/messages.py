@@ -423,8 +423,10 @@ def encode_request(
     return bytes(out)
 
 
-def decode_request(data: p.Buffer) -> Request:
-    """Decode one request frame's payload; every byte must be consumed.
+def decode_request(data: p.Buffer, *, strict: bool = True) -> Request:
+    """Decode one request frame's payload; every byte must be consumed unless ``strict`` is
+    False (a broker: Apache Kafka ignores bytes after a request's last field, and librdkafka
+    2.x sends three extra after its all-topics Metadata v12 request).
 
     Raises KafkaUnknownApiError for an API key or version we do not define, and the other
     KafkaProtocolError subclasses for malformed bytes.
@@ -449,7 +451,8 @@ def decode_request(data: p.Buffer) -> Request:
     body_schema = schema(f"{name}Request", api_version)
     header = schema("RequestHeader", request_header_version(api_key, api_version)).read(r)
     body = body_schema.read(r)
-    r.done(f"{name}Request v{api_version}")
+    if strict:
+        r.done(f"{name}Request v{api_version}")
     return Request(
         api_key, api_version, header["correlation_id"], header["client_id"], body, header.get(UNKNOWN_TAGS)
     )

@@ -41,7 +41,10 @@ from pulsarwire.kafka.errors import (
     KafkaEncodeError,
     KafkaLengthError,
     KafkaRecordError,
+    KafkaStringError,
+    KafkaTrailingBytesError,
     KafkaTruncatedError,
+    KafkaVarintError,
 )
 
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -255,7 +258,7 @@ def decode_batch(data: bytes | memoryview, max_decompressed: int = DEFAULT_MAX_D
     return batch
 
 
-def _decode_batch_at(r: Reader, max_decompressed: int) -> RecordBatch:
+def _decode_batch_at(r: Reader, max_decompressed: int, walk_only: bool = False) -> RecordBatch:
     start = r.pos
     if r.remaining < BATCH_HEADER.size:
         raise KafkaTruncatedError(f"record batch header needs {BATCH_HEADER.size} bytes, {r.remaining} left")
@@ -280,14 +283,109 @@ def _decode_batch_at(r: Reader, max_decompressed: int) -> RecordBatch:
         section = compression.decompress(codec, bytes(section), max_decompressed)
     if count < 0 or count > len(section):
         raise KafkaLengthError(f"record batch count {count} does not fit its {len(section)} bytes")
-    rr = Reader(section)
-    records = tuple(_decode_record(rr) for _ in range(count))
-    rr.done(f"records of the batch at offset {base_offset}")
+    if walk_only:
+        if count != last_delta + 1:
+            raise KafkaRecordError(f"record batch at {base_offset}: {count} records, last delta {last_delta}")
+        _walk_records(section, count, base_offset)
+        records: tuple[Record, ...] = ()
+    else:
+        rr = Reader(section)
+        records = tuple(_decode_record(rr) for _ in range(count))
+        rr.done(f"records of the batch at offset {base_offset}")
     r.pos = end
     return RecordBatch(
         base_offset, records, base_ts, max_ts, last_delta, codec, attributes & ~COMPRESSION_MASK & 0xFFFF,
         leader_epoch, producer_id, producer_epoch, base_sequence,
     )  # fmt: skip
+
+
+def check_batch(data: bytes | memoryview, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> RecordBatch:
+    """Check exactly one v2 batch as :func:`decode_batch` would, without building its records,
+    and that its records' offset deltas run 0, 1, 2... (what a producer must send); returns
+    the batch with ``records`` empty. A broker validates each produced batch with it: it refuses
+    what ``decode_batch`` refuses, with the same KafkaProtocolError subclass (or
+    KafkaRecordError when a wrong offset delta comes first), at a fraction of the cost."""
+    r = Reader(data)
+    batch = _decode_batch_at(r, max_decompressed, walk_only=True)
+    r.done("record batch")
+    return batch
+
+
+def _uvarint_at(buf: bytes | memoryview, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    """(value, next position) of the unsigned varint at ``pos`` (before ``end``), as Reader.uvarint."""
+    result = shift = 0
+    for i in range(max_bytes):
+        if pos >= end:
+            raise KafkaTruncatedError("record: varint truncated")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if i == max_bytes - 1 and ((max_bytes == 5 and b > 0x0F) or result >> 64):
+                raise KafkaVarintError("record: varint over its width")
+            return result, pos
+        shift += 7
+    raise KafkaVarintError(f"record: varint longer than {max_bytes} bytes")
+
+
+def _zigzag_at(buf: bytes | memoryview, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
+    if pos + 1 < end:  # one or two bytes (most lengths and deltas) without a loop
+        v = buf[pos]
+        if v < 0x80:
+            return (v >> 1) ^ -(v & 1), pos + 1
+        c = buf[pos + 1]
+        if c < 0x80:
+            v = (v & 0x7F) | (c << 7)
+            return (v >> 1) ^ -(v & 1), pos + 2
+    v, pos = _uvarint_at(buf, pos, end, max_bytes)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+def _skip_nullable(buf: bytes | memoryview, p: int, end: int, what: str) -> int:
+    n, p = _zigzag_at(buf, p, end)
+    if n < -1:
+        raise KafkaLengthError(f"{what}: negative length {n}")
+    if n > end - p:
+        raise KafkaTruncatedError(f"{what}: needs {n} bytes, {end - p} left")
+    return p + n if n > 0 else p
+
+
+def _walk_records(buf: bytes | memoryview, count: int, base_offset: int) -> None:
+    """Check ``count`` records fill ``buf`` exactly, as ``_decode_record`` reads them."""
+    pos, end = 0, len(buf)
+    zigzag, skip = _zigzag_at, _skip_nullable  # locals: this loop runs once per produced record
+    for i in range(count):
+        length, pos = zigzag(buf, pos, end)
+        if length < 0 or length > end - pos:
+            raise KafkaTruncatedError(f"record length {length} is over the {end - pos} bytes left")
+        rec_end = pos + length
+        if pos + 1 > rec_end:
+            raise KafkaTruncatedError("record attributes: truncated")
+        _, p = zigzag(buf, pos + 1, rec_end, 10)  # timestamp delta
+        delta, p = zigzag(buf, p, rec_end)
+        if delta != i:
+            raise KafkaRecordError(f"record {i} of the batch at {base_offset} has offset delta {delta}")
+        p = skip(buf, p, rec_end, "record key")
+        p = skip(buf, p, rec_end, "record value")
+        headers, p = zigzag(buf, p, rec_end)
+        if headers < 0 or headers > rec_end - p:
+            raise KafkaLengthError(f"record header count {headers} does not fit the {rec_end - p} bytes left")
+        for _ in range(headers):
+            n, p = zigzag(buf, p, rec_end)
+            if n < 0:
+                raise KafkaLengthError(f"header key: negative length {n}")
+            if n > rec_end - p:
+                raise KafkaTruncatedError(f"header key: needs {n} bytes, {rec_end - p} left")
+            try:
+                bytes(buf[p : p + n]).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise KafkaStringError(f"header key: not UTF-8 ({exc.reason})") from None
+            p = skip(buf, p + n, rec_end, "header value")
+        if p != rec_end:
+            raise KafkaTrailingBytesError(f"record: {rec_end - p} bytes left over")
+        pos = rec_end
+    if pos != end:
+        raise KafkaTrailingBytesError(f"records of the batch at offset {base_offset}: {end - pos} left over")
 
 
 def decode_batches(

@@ -55,6 +55,10 @@ JUDGED_APIS = {
     "SaslAuthenticate",
     "DescribeGroups",
     "ListGroups",
+    # the group admin APIs the broker's coordinator answers (confluent-kafka's and kafka-python's
+    # admin clients send them)
+    "DeleteGroups",
+    "OffsetDelete",
 }
 
 SCALARS: dict[str, st.SearchStrategy[Any]] = {

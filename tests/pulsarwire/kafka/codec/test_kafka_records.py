@@ -235,3 +235,69 @@ def test_varints_round_trip(i32: int, i64: int, u32: int) -> None:
         p.write_varint(bytearray(), 2**31)
     with pytest.raises(KafkaEncodeError):
         p.write_uvarint(bytearray(), -1)
+
+
+def _producer_shaped(b: RecordBatch) -> RecordBatch:
+    """``b`` as a producer sends it: offset deltas 0, 1, 2... and the last delta to match."""
+    recs = tuple(Record(i, r.timestamp_delta, r.key, r.value, r.headers) for i, r in enumerate(b.records))
+    return RecordBatch(
+        b.base_offset, recs, b.base_timestamp, b.max_timestamp, len(recs) - 1, b.compression, b.attributes,
+        b.partition_leader_epoch, b.producer_id, b.producer_epoch, b.base_sequence,
+    )  # fmt: skip
+
+
+def _outcome(fn: object, data: bytes) -> type[BaseException] | RecordBatch:
+    try:
+        result = fn(data)  # type: ignore[operator]
+    except KafkaProtocolError as exc:
+        return type(exc)
+    assert isinstance(result, RecordBatch)
+    return result
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    batch, st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4), st.integers(0, 64)
+)
+def test_check_batch_agrees_with_decode_batch(b: RecordBatch, flips: list[tuple[int, int]], cut: int) -> None:
+    """The broker's cheap validation accepts exactly what decoding accepts for a producer-shaped
+    batch, intact or with bytes changed (CRC recomputed, so the records' own structure is what is
+    tested) or cut, and refuses with the same error class -- or with KafkaRecordError when a
+    record's offset delta is wrong before the bytes that break decoding."""
+    good = records.encode_batch(_producer_shaped(b))
+    checked = records.check_batch(good)
+    assert checked.records == () and checked == RecordBatch(
+        **{**_fields(records.decode_batch(good)), "records": ()}
+    )
+    mutated = bytearray(good)
+    for at, value in flips:
+        if records.CRC_FROM <= at < len(mutated):
+            mutated[at] = value
+    struct.pack_into(">I", mutated, 17, crc32c.crc32c(bytes(mutated[records.CRC_FROM :])))
+    for data in (bytes(mutated), good[: max(0, len(good) - cut)]):
+        decoded, walked = _outcome(records.decode_batch, data), _outcome(records.check_batch, data)
+        if isinstance(decoded, RecordBatch):
+            ordered = [r.offset_delta for r in decoded.records] == list(range(len(decoded.records)))
+            if ordered and decoded.last_offset_delta == len(decoded.records) - 1:
+                assert walked == RecordBatch(**{**_fields(decoded), "records": ()})
+            else:
+                assert walked is KafkaRecordError  # decodable, but not as a producer must send it
+        else:
+            assert not isinstance(walked, RecordBatch)  # refused too
+            if walked is not KafkaRecordError:  # unless the offset-delta rule caught it first:
+                assert walked is decoded  # the same error
+
+
+def _fields(b: RecordBatch) -> dict[str, object]:
+    return {name: getattr(b, name) for name in RecordBatch.__dataclass_fields__}
+
+
+def test_check_batch_refuses_offset_deltas_out_of_order() -> None:
+    b = records.make_batch(0, [(None, b"a", ()), (None, b"b", ())], timestamp=0)
+    swapped = RecordBatch(0, (Record(1, 0, None, b"a"), Record(0, 0, None, b"b")), 0, 0, 1)
+    records.check_batch(records.encode_batch(b))
+    with pytest.raises(KafkaRecordError, match="offset delta"):
+        records.check_batch(records.encode_batch(swapped))
+    short = RecordBatch(0, b.records, 0, 0, 5)  # last offset delta says six records
+    with pytest.raises(KafkaRecordError):
+        records.check_batch(records.encode_batch(short))
