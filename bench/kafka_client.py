@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import confluent_kafka
+import pyarrow.compute  # noqa: F401  (imported before timing: the Arrow reader uses it)
 
 from pulsarwire.kafka import client as ours
 from pulsarwire.kafka.client.arrow import ArrowReader
