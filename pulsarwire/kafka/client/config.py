@@ -228,6 +228,12 @@ def parse(conf: Mapping[str, Any], role: str, *, need_bootstrap: bool = True) ->
         raise KafkaConfigError("config 'bootstrap.servers' is required (host:port[,host:port...])")
     if values["bootstrap.servers"]:
         bootstrap_addresses(values["bootstrap.servers"])
+    if role == "consumer" and values["receive.message.max.bytes"] < values["fetch.max.bytes"] + 512:
+        # librdkafka's rule: else every full Fetch answer would be refused as an oversize frame
+        raise KafkaConfigError(
+            f"config 'receive.message.max.bytes' ({values['receive.message.max.bytes']}) must be at least "
+            f"'fetch.max.bytes' ({values['fetch.max.bytes']}) + 512"
+        )
     return Config(values, frozenset(given))
 
 

@@ -97,3 +97,11 @@ def test_bad_bootstrap_servers_are_refused(servers: str) -> None:
 def test_idempotence_needs_acks_all() -> None:
     with pytest.raises(KafkaConfigError, match="'acks' must be all"):
         Producer({**BASE, "acks": 1})
+
+
+def test_a_fetch_size_over_the_frame_bound_is_refused() -> None:
+    with pytest.raises(
+        KafkaConfigError, match=r"'receive\.message\.max\.bytes' \(1048576\) must be at least"
+    ):
+        parse({**BASE, "receive.message.max.bytes": 1 << 20}, "consumer")
+    parse({**BASE, "receive.message.max.bytes": 1 << 20, "fetch.max.bytes": (1 << 20) - 512}, "consumer")

@@ -1,7 +1,8 @@
 """The Kafka client against a hostile fake broker (its own process, a real socket).
 
 A frame declaring 1 GiB closes the connection with a typed error before anything is buffered for
-it, and a producer facing it gets a typed delivery error within ``delivery.timeout.ms``; a batch
+it; a producer facing it gets a typed delivery error within ``delivery.timeout.ms``, a consumer
+hands out nothing and closes at once; a batch
 with a bad CRC, one that inflates past the decompression bound, one that lies about its record
 count each become one error event naming topic, partition and offset — nothing is handed out from
 it, nothing after it is skipped to, and ``close()`` returns at once; the Arrow reader raises the
