@@ -2,11 +2,10 @@
 
 A frame declaring 1 GiB closes the connection with a typed error before anything is buffered for
 it; a producer facing it gets a typed delivery error within ``delivery.timeout.ms``, a consumer
-hands out nothing and closes at once; a batch
-with a bad CRC, one that inflates past the decompression bound, one that lies about its record
-count each become one error event naming topic, partition and offset — nothing is handed out from
-it, nothing after it is skipped to, and ``close()`` returns at once; the Arrow reader raises the
-same typed error. An ack lost with the
+hands out nothing and closes at once. A batch with a bad CRC, one that inflates past the
+decompression bound, one that lies about its record count each become one error event naming
+topic, partition and offset — nothing is handed out from it, nothing after it is skipped to, and
+``close()`` returns at once; the Arrow reader raises the same typed error. An ack lost with the
 connection, or a NOT_LEADER answer, is retried with the same producer id and sequence, so the
 broker stores each record once and the delivery report comes once.
 """
