@@ -8,10 +8,8 @@
   asks for it through ``request.getfixturevalue``) is in the xdist group ``spark``: one worker runs
   them all, so the suite starts the session's JVM once. Tests that start Spark in a child process
   of their own and need no session (marker ``spark_process``: the docs blocks run in a clean
-  shell) take turns between :data:`PROCESS_LANES` groups (``spark-process``,
-  ``spark-process-2``), each one test at a time on a worker of its own: the session's driver and
-  at most two more run at once (the suite uses a third of the 2 cores' time; these tests are
-  its longest path).
+  shell) are the group ``spark-process``, one at a time on another worker: at most two Spark
+  drivers run at once on 2 cores.
 * Real peers (marker ``real``): ``real_kafka`` (Apache Kafka, KRaft) and ``real_pulsar`` (Apache
   Pulsar standalone), one each per run, started on first use from the jars Maven fetched
   (tests/helpers/peers.py, docs/testing.md). Their tests are the xdist groups ``real-kafka`` and
@@ -50,8 +48,6 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 #: their own) in a child process without the session
 SESSION_GROUP = "spark"
 PROCESS_GROUP = "spark-process"
-#: the process tests take turns between this many groups (their sum is the suite's longest path)
-PROCESS_LANES = 2
 #: the xdist group of the tests on each real peer (by fixture name)
 REAL_GROUPS = {"real_kafka": "real-kafka", "real_pulsar": "real-pulsar"}
 #: "peer version: started in N s" lines of this process (a worker sends its own to the controller)
@@ -114,17 +110,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Spark tests into their two xdist groups, and first: the groups are the longest units of
     work, so they start while the other workers take the rest.
 
-    One worker runs the session's tests (one JVM for all of them); the tests whose Spark runs in
-    child processes take turns between :data:`PROCESS_LANES` groups, one at a time in each.
+    One worker runs the session's tests (one JVM for all of them); another the tests whose Spark
+    runs in child processes, one at a time: never more than two Spark drivers at once.
     """
     grouped: list[pytest.Item] = []
-    lane = 0
     for item in items:
         group = spark_group(item)
         if group is None:
             continue
-        if group == PROCESS_GROUP:  # alternate lanes: spark-process, spark-process-2, ...
-            group, lane = (group if lane == 0 else f"{group}-{lane + 1}"), (lane + 1) % PROCESS_LANES
         grouped.append(item)
         item.add_marker(pytest.mark.xdist_group(group))
         if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
