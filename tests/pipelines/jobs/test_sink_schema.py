@@ -58,6 +58,7 @@ def test_differences_are_named_column_by_column() -> None:
     assert list(differences(same, table)) == []
 
 
+@pytest.mark.long  # make test-long (CI): the suite's longest path is its Spark-process tests
 @pytest.mark.spark_process  # the run starts Spark in its own process
 def test_columns_that_differ_from_the_table_are_named_before_reading(broker: Broker, tmp_path: Path) -> None:
     produce(broker.service_url, "orders", 20)

@@ -100,6 +100,7 @@ def test_validate_names_the_statement_and_place_of_a_syntax_error(tmp_path: Path
     ], one
 
 
+@pytest.mark.long  # make test-long (CI): the suite's longest path is its Spark-process tests
 @pytest.mark.spark_process
 def test_an_unknown_column_is_one_short_line_without_sparks_json_log(
     pulsar_broker: Broker, tmp_path: Path
