@@ -276,10 +276,17 @@ def confluent(scenario: str, bootstrap: str, args: dict[str, Any]) -> None:
             admin = AdminClient(base)
             admin.create_topics([NewTopic(args["topic"], args["partitions"], 1)])[args["topic"]].result(10)
         p = Producer(base)
+        failed: list[str] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                failed.append(f"partition {msg.partition()}: {err}")
+
         for part in range(args["partitions"]):
             for i in range(args["count"]):
-                p.produce(args["topic"], f"{part}-{i}".encode(), partition=part)
+                p.produce(args["topic"], f"{part}-{i}".encode(), partition=part, on_delivery=delivered)
         assert p.flush(20) == 0
+        assert not failed, f"not delivered: {failed}"  # flush() empties the queue, failures too
         emit(produced=True)
     elif scenario == "committed":
         c = consumer(args["group"])
