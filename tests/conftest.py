@@ -120,6 +120,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         grouped.append(item)
         item.add_marker(pytest.mark.xdist_group(group))
+        if group in REAL_GROUPS.values():  # a test on a real peer is one of make test-real's
+            item.add_marker(pytest.mark.real)
         if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
             tag_group(item, group)
     chosen = set(map(id, grouped))

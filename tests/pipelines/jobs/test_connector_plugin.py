@@ -45,6 +45,7 @@ def steps(out: str) -> dict[str, tuple[str, int]]:
     return {name: (text, int(code)) for name, text, code in found}
 
 
+@pytest.mark.long  # make test-long (CI): the suite's longest path is its Spark-process tests
 @pytest.mark.spark_process  # the steps that run Spark share a process of their own
 def test_a_connector_from_a_package_runs_the_whole_job_cycle(tmp_path: Path) -> None:
     data = tmp_path / "data"
