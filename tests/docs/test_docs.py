@@ -97,8 +97,12 @@ PYTHON = [b for b in BLOCKS if b.lang == "python" and not excused(b)]
 
 def python_param(block: Block) -> Any:
     """A python block as a test parameter; one that starts a SparkSession is marked ``spark_process``
-    (tests/conftest.py runs those one at a time, on one worker)."""
+    (tests/conftest.py runs those one at a time, on one worker), and outside the README also
+    ``long``: ``make test`` runs the README's Spark blocks, ``make test-long`` (CI) the others —
+    each starts a JVM, and the suite is CPU-bound within its 300 s."""
     marks = [pytest.mark.spark_process] if "SparkSession" in block.code else []
+    if marks and block.file != "README.md":
+        marks.append(pytest.mark.long)
     return pytest.param(block, id=block.id, marks=marks)
 
 
