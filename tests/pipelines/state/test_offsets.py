@@ -2,7 +2,8 @@
 
 Most tests use the deltalake engine (no Spark). The delta-spark engine runs the same
 scenarios on the suite's Delta session (``delta_spark``: the Delta jars Maven fetched,
-tests/helpers/peers.py).
+tests/helpers/peers.py) under ``make test-long`` (CI): in ``make test`` they were the longest
+part of its longest path, the one worker of the Spark session.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def offs(**kw: str) -> Offsets:
     return Offsets({names[k]: Position.parse(v) for k, v in kw.items()})
 
 
-@pytest.fixture(params=["deltalake", pytest.param("delta-spark", marks=pytest.mark.spark)])
+DELTA_SPARK = pytest.param("delta-spark", marks=[pytest.mark.spark, pytest.mark.long])
+
+
+@pytest.fixture(params=["deltalake", DELTA_SPARK])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> OffsetStore:
     path = tmp_path / "offsets"
     if request.param == "deltalake":
